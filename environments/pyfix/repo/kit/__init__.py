@@ -1,0 +1,3 @@
+"""kit: small, dependency-free utilities."""
+
+__version__ = "0.3.0"

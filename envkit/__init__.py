@@ -1,0 +1,4 @@
+"""envkit: reproducible RL environments for LLM agents."""
+
+__version__ = "0.1.0"
+__all__ = ["__version__"]

@@ -1,0 +1,205 @@
+"""envkit's exceptions and the failure taxonomy.
+
+Every exception envkit raises derives from one root, :class:`EnvkitError`::
+
+    EnvkitError
+    ├── UserError                  bad input; the CLI prints ``message`` + ``hint``, exits 2
+    │   ├── SpecError              envkit.toml / tasks file invalid: every problem at once
+    │   ├── EnvRefError            a string that is not ``ns/name@version``
+    │   ├── EnvNotFoundError       no environment at that path / ref
+    │   ├── TaskNotFoundError      no task with that id (names the close ones)
+    │   ├── DockerUnavailableError the Docker engine does not answer
+    │   └── BaseImageMissingError  the pinned base image is not in the local engine
+    ├── BuildError                 image assembly failed for a reason that is not the input
+    └── EpisodeFailure             an episode ended abnormally; carries ``outcome``
+        ├── InfraFailure           caused by the infrastructure: retry on a fresh sandbox,
+        │                          never counted against the model
+        ├── ModelFailure           caused by the model's own actions inside the spec's limits:
+        │                          keeps its reward
+        └── VerifierFailure        the verifier itself broke (crashed, printed no reward)
+
+The attribution rule (the one every classifier in envkit follows):
+
+* What the model's own actions caused *inside the spec's limits* is a **model** failure:
+  its command ran past ``command_timeout_s``, its process was OOM-killed at the spec's
+  ``memory_mb``, it hit the spec's ``pids`` limit, it ran past ``episode_timeout_s``, it
+  emitted an action that does not parse, it ran out of turns or tokens.
+* What the model could not have caused is an **infra** failure: the Docker daemon erred,
+  the container never started or vanished, an exec transport error, a reset that was not
+  deterministic, an inference server that did not answer.
+* A verifier that crashes or prints no reward is a **verifier** failure; callers decide
+  whether the model could have caused it (by default it is treated like infra: excluded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "BaseImageMissingError",
+    "BuildError",
+    "DockerUnavailableError",
+    "EnvNotFoundError",
+    "EnvRefError",
+    "EnvkitError",
+    "EpisodeFailure",
+    "FailureCategory",
+    "InfraFailure",
+    "ModelFailure",
+    "Outcome",
+    "Problem",
+    "SpecError",
+    "TaskNotFoundError",
+    "UserError",
+    "VerifierFailure",
+]
+
+
+class EnvkitError(Exception):
+    """Root of every exception envkit raises."""
+
+
+class UserError(EnvkitError):
+    """Bad input from the user. ``hint`` says what to do about it."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation problem: where it is, what is wrong, how to fix it."""
+
+    path: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message} (fix: {self.fix})"
+
+
+class SpecError(UserError):
+    """An environment spec (or its task file) is invalid; lists every problem found."""
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        n = len(self.problems)
+        super().__init__(
+            f"{source}: {n} problem{'s' if n != 1 else ''}:\n{lines}",
+            "fix the fields listed above and run the command again",
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class EnvRefError(UserError):
+    """A string that does not follow the env ref grammar ``ns/name@version``."""
+
+
+class EnvNotFoundError(UserError):
+    """No environment at a path or ref."""
+
+
+class TaskNotFoundError(UserError):
+    """A task id that the environment does not have."""
+
+    def __init__(self, task_id: str, known: list[str], suggestions: list[str]) -> None:
+        self.task_id = task_id
+        self.known = known
+        did_you_mean = f" Did you mean `{suggestions[0]}`?" if suggestions else ""
+        super().__init__(
+            f"Task `{task_id}` doesn't exist.{did_you_mean}",
+            f"known tasks: {', '.join(known[:20])}{' …' if len(known) > 20 else ''}",
+        )
+
+
+class DockerUnavailableError(UserError):
+    """The Docker engine does not answer."""
+
+
+class BaseImageMissingError(UserError):
+    """The base image an environment is pinned to is not in the local engine."""
+
+
+class BuildError(EnvkitError):
+    """Image assembly failed for a reason other than the input."""
+
+
+class FailureCategory(str, Enum):
+    OK = "ok"
+    MODEL = "model_failure"
+    INFRA = "infra_failure"
+    VERIFIER = "verifier_failure"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an episode ended: ``ok`` or ``<category>:<kind>``, with evidence."""
+
+    category: FailureCategory
+    kind: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.category.value if self.category is FailureCategory.OK else f"{self.category.value}:{self.kind}"
+
+    @property
+    def is_infra(self) -> bool:
+        return self.category in (FailureCategory.INFRA, FailureCategory.VERIFIER)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outcome": self.label, "evidence": self.evidence}
+
+    @classmethod
+    def ok(cls) -> Outcome:
+        return cls(FailureCategory.OK)
+
+
+class EpisodeFailure(EnvkitError):
+    """An episode ended abnormally. ``outcome`` says who caused it and why."""
+
+    category: FailureCategory = FailureCategory.INFRA
+
+    def __init__(self, kind: str, message: str, **evidence: Any) -> None:
+        super().__init__(f"{self.category.value}:{kind}: {message}")
+        self.kind = kind
+        self.message = message
+        self.evidence = {"message": message, **evidence}
+
+    @property
+    def outcome(self) -> Outcome:
+        return Outcome(self.category, self.kind, self.evidence)
+
+
+class InfraFailure(EpisodeFailure):
+    """Caused by infrastructure the model does not control. Kinds include
+    ``docker_api``, ``sandbox_start``, ``exec_transport``, ``container_lost``,
+    ``nondeterministic_reset``, ``reset_failed``."""
+
+    category = FailureCategory.INFRA
+
+
+class ModelFailure(EpisodeFailure):
+    """Caused by the model's own actions inside the spec's limits. Kinds include
+    ``command_timeout``, ``oom``, ``pids_limit``, ``episode_timeout``,
+    ``turn_limit``, ``unparseable_action``."""
+
+    category = FailureCategory.MODEL
+
+
+class VerifierFailure(EpisodeFailure):
+    """The verifier crashed, timed out or printed no reward. Kinds include
+    ``verifier_crash``, ``verifier_timeout``, ``bad_output``."""
+
+    category = FailureCategory.VERIFIER

@@ -1,0 +1,186 @@
+"""Environment images: one layer assembled from the source bundle on the pinned base.
+
+The image is a pure function of (bundle, base image, envkit's layout version): envkit
+writes the layer tar and the image config itself, with every varying field pinned, and
+loads them through the docker SDK. The same bundle therefore always gives the same image
+ID (the sha256 of the config), and one changed byte in one file changes it.
+
+Layout inside the image::
+
+    /env/        the whole bundle, owned by the verifier user (uid 1001), mode 0700:
+                 tasks, oracles and hidden tests are invisible to the agent (uid 1000)
+    /seed/repo/  the repository's files (world-readable): reset copies them to /workspace
+    /opt/envkit/ the in-sandbox helpers (exec wrapper, reset/state-hash helper)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+
+from envkit import __version__
+from envkit.base import VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
+from envkit.bundle import Bundle, BundleEntry, make_bundle, tar_info
+from envkit.engine import connect
+from envkit.errors import BuildError
+from envkit.spec import EnvSpec, LoadedEnvironment
+
+__all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build", "build_from_bundle", "image_tag", "read_lock"]
+
+LAYOUT_VERSION = 1
+LOCK_FILE = "envkit.lock"
+HELPERS = ("exec.sh", "helper.py")
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    env: str
+    bundle_digest: str
+    bundle_size: int
+    base_image: str
+    image_id: str
+    tag: str
+    cached: bool
+    seconds: float
+    lock_file: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def image_tag(spec: EnvSpec) -> str:
+    return f"envkit-env/{spec.environment.name}:{spec.environment.version}"
+
+
+def _helper_files() -> list[tuple[str, bytes, int]]:
+    pkg = resources.files("envkit.sandbox") / "incontainer"
+    out = []
+    for name in HELPERS:
+        data = (pkg / name).read_bytes()
+        out.append((f"opt/envkit/{name}", data, 0o755 if name.endswith(".sh") else 0o644))
+    return out
+
+
+def _layer(bundle: Bundle, spec: EnvSpec) -> bytes:
+    items: dict[str, tuple[BundleEntry, int]] = {}
+
+    def put(entry: BundleEntry, uid: int) -> None:
+        items[entry.path] = (entry, uid)
+
+    put(BundleEntry("env", "dir", 0o700), VERIFIER_UID)
+    for e in bundle.entries:
+        put(BundleEntry(f"env/{e.path}", e.kind, e.mode, e.data, e.target), VERIFIER_UID)
+    for d in ("opt", "opt/envkit", "seed", "seed/repo"):
+        put(BundleEntry(d, "dir", 0o755), 0)
+    for path, data, mode in _helper_files():
+        put(BundleEntry(path, "file", mode, data), 0)
+    if spec.state.repo is not None:
+        prefix = spec.state.repo.path.rstrip("/") + "/"
+        for e in bundle.entries:
+            if e.path.startswith(prefix):
+                put(BundleEntry("seed/repo/" + e.path[len(prefix):], e.kind, e.mode, e.data, e.target), 0)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(items):
+            e, uid = items[path]
+            ti = tar_info(path, e.kind, e.mode, len(e.data), e.target, uid=uid, gid=uid)
+            tar.addfile(ti, io.BytesIO(e.data) if e.kind == "file" else None)
+    return buf.getvalue()
+
+
+def _config(bundle: Bundle, spec: EnvSpec, base: BaseImage, layer_diff_id: str) -> bytes:
+    ref = f"{spec.environment.name}@{spec.environment.version}"
+    labels = {
+        "org.envkit.env": ref,
+        "org.envkit.kind": spec.environment.kind,
+        "org.envkit.bundle": bundle.digest,
+        "org.envkit.base": base.id,
+        "org.envkit.layout": str(LAYOUT_VERSION),
+    }
+    return image_config_bytes(
+        diff_ids=[*base.diff_ids, layer_diff_id],
+        env=[*base.env, f"ENVKIT_ENV={ref}"],
+        cmd=["sleep", "infinity"],
+        labels=labels,
+        history=[*(f"base layer {i}" for i in range(len(base.diff_ids))), f"envkit bundle {bundle.digest}"],
+        working_dir="/workspace",
+    )
+
+
+def build_from_bundle(bundle: Bundle, spec: EnvSpec, *, client: Any | None = None) -> tuple[str, str, bool]:
+    """Assemble (or find) the image for ``bundle``. Returns ``(image_id, base_ref, cached)``."""
+    client = client or connect()
+    base = find_base(client, spec.image.pinned_digest)
+    layer = _layer(bundle, spec)
+    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    config = _config(bundle, spec, base, diff_id)
+    expected = "sha256:" + hashlib.sha256(config).hexdigest()
+    tag = image_tag(spec)
+    repo, _, version = tag.rpartition(":")
+    try:
+        image = client.images.get(expected)
+        if tag not in image.tags:
+            image.tag(repo, version)
+        return expected, base.ref, True
+    except docker.errors.ImageNotFound:
+        pass
+    with tempfile.TemporaryDirectory(prefix="envkit-image-") as tmp:
+        archive = Path(tmp) / "image.tar"
+        layers: list[tuple[str, Path | bytes | None]] = [(d, None) for d in base.diff_ids]
+        layers.append((diff_id, layer))
+        docker_archive(archive, config=config, layers=layers, tags=[tag])
+        try:
+            image_id = load_archive(client, archive)
+        except docker.errors.APIError as e:
+            raise BuildError(f"the Docker engine refused the image: {e.explanation or e}") from None
+    if image_id != expected:
+        raise BuildError(f"the engine gave image ID {image_id}, expected {expected} (is it using the containerd image store?)")
+    return image_id, base.ref, False
+
+
+def build(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True) -> BuildResult:
+    """Bundle the environment, assemble its image and write ``envkit.lock``."""
+    t0 = time.perf_counter()
+    bundle = make_bundle(env)
+    image_id, base_ref, cached = build_from_bundle(bundle, env.spec, client=client)
+    lock_path = env.root / LOCK_FILE
+    if write_lock:
+        lock = {
+            "lock_version": 1,
+            "env": env.ref,
+            "bundle_digest": bundle.digest,
+            "bundle_size": bundle.size,
+            "base_image": base_ref,
+            "image_id": image_id,
+            "layout_version": LAYOUT_VERSION,
+            "envkit_version": __version__,
+        }
+        text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
+        if not lock_path.exists() or lock_path.read_text() != text:
+            lock_path.write_text(text)
+    return BuildResult(
+        env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image=base_ref,
+        image_id=image_id, tag=image_tag(env.spec), cached=cached, seconds=round(time.perf_counter() - t0, 3),
+        lock_file=str(lock_path) if write_lock else None,
+    )
+
+
+def read_lock(env: LoadedEnvironment) -> dict[str, Any] | None:
+    path = env.root / LOCK_FILE
+    if not path.is_file():
+        return None
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except json.JSONDecodeError:
+        return None

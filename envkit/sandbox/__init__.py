@@ -1,0 +1,106 @@
+"""Sandboxes: where an agent's commands run.
+
+:class:`Sandbox` is the protocol every backend implements; :mod:`envkit.sandbox.docker`
+is the Docker backend (its docstring states the threat model) and
+:mod:`envkit.sandbox.pool` keeps a warm pool of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from envkit.spec import LimitsSection
+
+__all__ = ["AGENT", "VERIFIER", "ExecResult", "ResetResult", "Sandbox", "SandboxLimits"]
+
+AGENT = "agent"
+VERIFIER = "verifier"
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    cpus: float = 1.0
+    memory_mb: int = 1024
+    pids: int = 256
+    disk_mb: int = 512
+    network: str = "none"
+    command_timeout_s: float = 60
+    output_limit_bytes: int = 65536
+
+    @classmethod
+    def from_spec(cls, limits: LimitsSection) -> SandboxLimits:
+        return cls(
+            cpus=limits.cpus, memory_mb=limits.memory_mb, pids=limits.pids, disk_mb=limits.disk_mb,
+            network=limits.network, command_timeout_s=limits.command_timeout_s,
+            output_limit_bytes=limits.output_limit_bytes,
+        )
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did. ``limit_hit`` names the spec limit it ran into, if any."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    oom_killed: bool = False
+    pids_limited: bool = False
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.limit_hit is None
+
+    @property
+    def limit_hit(self) -> str | None:
+        if self.timed_out:
+            return "command_timeout"
+        if self.oom_killed:
+            return "oom"
+        if self.pids_limited:
+            return "pids_limit"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["limit_hit"] = self.limit_hit
+        return d
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    state_hash: str
+    commit: str
+    seed: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One isolated place to run an episode."""
+
+    @property
+    def id(self) -> str: ...
+
+    def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
+             env: dict[str, str] | None = None, workdir: str = "/workspace") -> ExecResult:
+        """Run ``command`` under bash; never raises for what the command itself did."""
+        ...
+
+    def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None: ...
+
+    def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes: ...
+
+    def reset(self, seed: int) -> ResetResult:
+        """Restore the seeded state exactly; returns its state hash."""
+        ...
+
+    def kill_processes(self, user: str = AGENT) -> None: ...
+
+    def destroy(self) -> None: ...

@@ -1,0 +1,363 @@
+"""The Docker sandbox backend (docker SDK only; never the CLI).
+
+Threat model
+============
+
+The agent is an untrusted program that runs shell commands in the sandbox as uid 1000.
+
+Covered (each has an adversarial test in ``tests/integration/test_sandbox_adversarial.py``):
+
+* **Runaway time**: every command runs under ``timeout`` (TERM, then KILL 2 s later) with
+  the spec's ``command_timeout_s``; a host-side backstop kills the agent's processes when
+  a command holds its output open past the deadline (e.g. a ``setsid`` child).
+* **Memory**: the container's memory cgroup is capped at ``memory_mb`` with no swap; an OOM
+  kill inside it is detected (cgroup ``oom_kill`` counter) and reported as ``oom``.
+* **Processes**: ``pids`` caps the cgroup, so a fork bomb stalls inside its own sandbox and
+  is reported as ``pids_limit``; it is cleared by killing the agent's processes.
+* **Disk**: the root filesystem is read-only; the only writable places are tmpfs mounts
+  (``/workspace`` at ``disk_mb``, ``/tmp``, ``/home/agent``, a small ``/dev/shm``), so
+  filling them fails with ENOSPC inside the sandbox and never touches the host's disk.
+* **Network**: ``network = "none"`` (the default) gives the container only a loopback
+  interface: no egress, no route to the host or other sandboxes.
+* **Privilege**: the agent is uid 1000, all capabilities are dropped, ``no-new-privileges``
+  is set, the Docker socket is never mounted, and nothing from the host is mounted except
+  what the spec declares (nothing, in spec version 1). Hidden files (tasks, oracles,
+  tests under ``/env``) belong to the verifier user (uid 1001, mode 0700).
+* **Other sandboxes**: each sandbox has its own cgroup limits, PID, IPC, mount and network
+  namespaces; the adversarial tests check that a neighbour keeps working.
+
+Not covered:
+
+* Kernel exploits: containers share the host kernel (gVisor, ``runtime = "runsc"``, is the
+  stronger option for untrusted code; not wired in yet).
+* CPU fairness beyond ``cpus`` (a quota, not an isolation guarantee), disk I/O bandwidth,
+  and side channels.
+* ``network = "bridge"`` gives the sandbox ordinary outbound access: use it only for
+  environments that need it.
+* The verifier runs the agent's code (tests import it) as uid 1001: code that tampers with
+  the test process itself can change its reward. The verifier runs from a copy of the hidden
+  tests with ``--noconftest`` and an isolated interpreter, which stops the usual tricks,
+  not every one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker.errors
+
+from envkit.base import AGENT_UID, VERIFIER_UID
+from envkit.engine import TRANSPORT_ERRORS, connect
+from envkit.errors import InfraFailure
+from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
+
+__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL"]
+
+SANDBOX_LABEL = "org.envkit.sandbox"
+_USERS = {AGENT: f"{AGENT_UID}:{AGENT_UID}", VERIFIER: f"{VERIFIER_UID}:{VERIFIER_UID}", "root": "0:0"}
+_BACKSTOP_S = 5.0
+_HELPER = "/opt/envkit/helper.py"
+_EXEC = "/opt/envkit/exec.sh"
+
+
+class _Deadline(Exception):
+    pass
+
+
+class _Capped:
+    """Keeps the head and the tail of a stream, up to ``limit`` bytes in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail) or len(self.tail) > self.half
+
+    def value(self) -> bytes:
+        tail = bytes(self.tail[-self.half:]) if len(self.tail) > self.half else bytes(self.tail)
+        if self.truncated:
+            elided = self.total - len(self.head) - len(tail)
+            return bytes(self.head) + f"\n[... {elided} bytes elided ...]\n".encode() + tail
+        return bytes(self.head) + tail
+
+
+def _frames(sock: Any, deadline: float) -> Any:
+    """Demultiplex Docker's attach stream (8-byte headers) from a raw socket, to a deadline."""
+    raw: socket.socket = getattr(sock, "_sock", sock)
+    buf = bytearray()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Deadline()
+        ready, _, _ = select.select([raw], [], [], remaining)
+        if not ready:
+            raise _Deadline()
+        chunk = raw.recv(65536)
+        if not chunk:
+            return
+        buf += chunk
+        while len(buf) >= 8:
+            size = int.from_bytes(buf[4:8], "big")
+            if len(buf) < 8 + size:
+                break
+            yield buf[0], bytes(buf[8 : 8 + size])
+            del buf[: 8 + size]
+
+
+@dataclass
+class DockerSandbox:
+    """One container. Use :meth:`DockerBackend.create` to make one."""
+
+    container: Any
+    limits: SandboxLimits
+    image: str
+    created_s: float = 0.0
+    last_reset: ResetResult | None = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return str(self.container.id)
+
+    @property
+    def _api(self) -> Any:
+        return self.container.client.api
+
+    # -- low level -----------------------------------------------------------------
+    def _infra(self, err: BaseException, what: str) -> InfraFailure:
+        """Classify an SDK error: the container gone, or the engine/transport failing."""
+        detail = f"{type(err).__name__}: {str(err)[:300]}"
+        try:
+            self.container.reload()
+            running = self.container.status == "running"
+        except docker.errors.NotFound:
+            return InfraFailure("container_lost", f"the sandbox container vanished during {what}", container=self.id, error=detail)
+        except Exception:  # noqa: BLE001 - the engine itself is failing; say so below
+            running = None
+        if running is False:
+            return InfraFailure("container_lost", f"the sandbox container stopped during {what}",
+                                container=self.id, status=self.container.status, error=detail)
+        kind = "exec_transport" if isinstance(err, TRANSPORT_ERRORS) else "docker_api"
+        return InfraFailure(kind, f"Docker failed during {what}", container=self.id, error=detail)
+
+    def _run(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
+             stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
+        """Run one exec; returns (stdout, stderr, hit_deadline). Raises InfraFailure."""
+        out, err = _Capped(limit), _Capped(limit)
+        try:
+            ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=_USERS.get(user, user),
+                                       environment=env or {}, workdir=workdir)
+            sock = self._api.exec_start(ex["Id"], socket=True)
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+            raise self._infra(e, "exec start") from None
+        raw: socket.socket = getattr(sock, "_sock", sock)
+        try:
+            if stdin is not None:
+                raw.sendall(stdin)
+                raw.shutdown(socket.SHUT_WR)
+            for stream, data in _frames(sock, deadline):
+                (err if stream == 2 else out).add(data)
+        except _Deadline:
+            return out, err, True
+        except (OSError, *TRANSPORT_ERRORS) as e:
+            raise self._infra(e, "exec") from None
+        finally:
+            with contextlib.suppress(OSError):
+                raw.close()
+        return out, err, False
+
+    # -- the Sandbox protocol ------------------------------------------------------
+    def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
+             env: dict[str, str] | None = None, workdir: str = "/workspace") -> ExecResult:
+        timeout = float(timeout_s if timeout_s is not None else self.limits.command_timeout_s)
+        nonce = "@@envkit-" + secrets.token_hex(8)
+        t0 = time.monotonic()
+        out, err, backstop = self._run(
+            ["/bin/bash", _EXEC, nonce, f"{timeout:g}", command], user=user, env=env, workdir=workdir,
+            stdin=None, deadline=t0 + timeout + _BACKSTOP_S, limit=self.limits.output_limit_bytes,
+        )
+        if backstop:
+            # The command held its output open past the deadline (a detached child, a
+            # stalled fork bomb): kill the user's processes so nothing lingers.
+            self.kill_processes(user)
+        duration = time.monotonic() - t0
+        stderr = err.value()
+        rc, oom, pids, trailer = -1, 0, 0, 0
+        idx = stderr.rfind(nonce.encode())
+        if idx >= 0:
+            fields = stderr[idx:].split()
+            with contextlib.suppress(ValueError, IndexError):
+                rc, oom, pids = int(fields[1]), int(fields[2]), int(fields[3])
+            trailer = len(stderr) - max(idx - 1, 0)
+            stderr = stderr[: max(idx - 1, 0)]
+        elif not backstop:
+            raise InfraFailure("exec_transport", "the command's status line never arrived", container=self.id,
+                               stderr_tail=stderr[-500:].decode(errors="replace"))
+        timed_out = backstop or rc == 124 or (rc == 137 and duration >= timeout)
+        return ExecResult(
+            exit_code=124 if backstop else rc, stdout=out.value().decode(errors="replace"),
+            stderr=stderr.decode(errors="replace"), duration_s=round(duration, 4), timed_out=timed_out,
+            oom_killed=oom > 0, pids_limited=pids > 0, stdout_bytes=out.total,
+            stderr_bytes=err.total - trailer,
+            truncated=out.truncated or err.truncated,
+        )
+
+    def _helper(self, args: list[str], *, user: str, stdin: bytes | None = None, timeout: float = 60) -> dict[str, Any]:
+        out, err, hit = self._run(["python3", _HELPER, *args], user=user, env=None, workdir="/",
+                                  stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
+        if hit:
+            raise InfraFailure("exec_transport", f"the sandbox helper `{args[0]}` did not answer in {timeout:g} s", container=self.id)
+        try:
+            result: dict[str, Any] = json.loads(out.value().decode().strip().splitlines()[-1])
+            return result
+        except (ValueError, IndexError):
+            raise InfraFailure(f"{args[0]}_failed", f"the sandbox helper `{args[0]}` failed", container=self.id,
+                               stderr_tail=err.value()[-1000:].decode(errors="replace")) from None
+
+    def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None:
+        self._helper(["write", path, f"{mode:o}"], user=user, stdin=data)
+
+    def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        out, err, hit = self._run(["cat", "--", path], user=user, env=None, workdir="/", stdin=None,
+                                  deadline=time.monotonic() + 60, limit=2 * max_bytes + 2)
+        if hit or err.total:
+            raise FileNotFoundError(f"{path}: {err.value().decode(errors='replace').strip() or 'read timed out'}")
+        if out.total > max_bytes:
+            raise ValueError(f"{path} is {out.total} bytes, over the {max_bytes}-byte cap")
+        return out.value()
+
+    def reset(self, seed: int) -> ResetResult:
+        t0 = time.monotonic()
+        data = self._helper(["reset", str(int(seed))], user=AGENT)
+        result = ResetResult(state_hash=data["state_hash"], commit=data.get("commit", ""), seed=int(seed),
+                             seconds=round(time.monotonic() - t0, 4))
+        self.last_reset = result
+        return result
+
+    def state_hash(self) -> str:
+        return str(self._helper(["hash"], user=AGENT)["state_hash"])
+
+    def kill_processes(self, user: str = AGENT) -> None:
+        """Kill every process of ``user``. Works even when the pids limit is exhausted."""
+        for attempt in range(3):
+            try:
+                self._helper(["killall"], user=user, timeout=10)
+                self.restore_limits()
+                return
+            except InfraFailure:
+                if attempt == 0:
+                    self._raise_pids_limit_briefly()
+        raise InfraFailure("container_stuck", f"could not stop the {user}'s processes", container=self.id)
+
+    def _raise_pids_limit_briefly(self) -> None:
+        # A saturated pids cgroup leaves no room for the exec that would clean it: lift the
+        # limit for the cleanup (raw update endpoint; the SDK's update() lacks PidsLimit).
+        try:
+            url = self._api._url("/containers/{0}/update", self.id)
+            self._api._result(self._api._post_json(url, data={"PidsLimit": self.limits.pids + 64}), True)
+            self._pids_raised = True
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS):
+            pass
+
+    def restore_limits(self) -> None:
+        if getattr(self, "_pids_raised", False):
+            url = self._api._url("/containers/{0}/update", self.id)
+            with contextlib.suppress(docker.errors.DockerException, *TRANSPORT_ERRORS):
+                self._api._result(self._api._post_json(url, data={"PidsLimit": self.limits.pids}), True)
+            self._pids_raised = False
+
+    def alive(self) -> bool:
+        try:
+            self.container.reload()
+            return bool(self.container.status == "running")
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS):
+            return False
+
+    def destroy(self) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            try:
+                self.container.remove(force=True)
+            except docker.errors.APIError as e:
+                if "already in progress" not in str(e):
+                    raise
+
+
+class DockerBackend:
+    """Creates sandboxes of one image with one set of limits."""
+
+    def __init__(self, image: str, limits: SandboxLimits, *, client: Any | None = None,
+                 labels: dict[str, str] | None = None, runtime: str | None = None) -> None:
+        self.client = client or connect()
+        self.image = image
+        self.limits = limits
+        self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
+        self.runtime = runtime
+
+    def container_options(self) -> dict[str, Any]:
+        lim = self.limits
+        mem = f"{lim.memory_mb}m"
+        opts: dict[str, Any] = dict(
+            command=["sleep", "infinity"], detach=True, init=True, user="0:0",
+            labels=self.labels, read_only=True,
+            tmpfs={
+                "/workspace": f"size={lim.disk_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
+                "/tmp": f"size={max(lim.disk_mb // 4, 16)}m,mode=1777,exec",
+                "/home/agent": f"size=64m,uid={AGENT_UID},gid={AGENT_UID},mode=0755",
+            },
+            shm_size="16m", network_mode="none" if lim.network == "none" else "bridge",
+            cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=lim.pids,
+            mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9), oom_score_adj=500,
+            environment={"HOME": "/home/agent"}, working_dir="/workspace",
+        )
+        if self.runtime:
+            opts["runtime"] = self.runtime
+        return opts
+
+    def create(self) -> DockerSandbox:
+        t0 = time.monotonic()
+        container = None
+        try:
+            container = self.client.containers.create(self.image, **self.container_options())
+            container.start()
+        except docker.errors.ImageNotFound:
+            raise InfraFailure("image_missing", f"the image {self.image} is not in the engine",
+                               hint="run `envkit build` for this environment") from None
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+            if container is not None:
+                with contextlib.suppress(Exception):
+                    container.remove(force=True)
+            raise InfraFailure("sandbox_start", "the sandbox container did not start",
+                               error=f"{type(e).__name__}: {str(e)[:300]}") from None
+        return DockerSandbox(container=container, limits=self.limits, image=self.image,
+                             created_s=round(time.monotonic() - t0, 4))
+
+    def cleanup(self) -> int:
+        """Remove every sandbox this backend's labels match (e.g. after a crash)."""
+        n = 0
+        flt = {"label": [f"{k}={v}" for k, v in self.labels.items()]}
+        for c in self.client.containers.list(all=True, filters=flt):
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                c.remove(force=True)
+                n += 1
+        return n

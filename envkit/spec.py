@@ -1,0 +1,377 @@
+"""The environment spec: a strict, versioned pydantic model loaded from ``envkit.toml``.
+
+:func:`load_environment` reads the spec *and* everything it points at (the files the
+image holds, the task file, each task's oracle) and reports every problem at once, each
+with its field path and the fix, as one :class:`~envkit.errors.SpecError`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from envkit.errors import EnvNotFoundError, Problem, SpecError, TaskNotFoundError
+from envkit.refs import NAME_RE, is_semver
+
+__all__ = [
+    "SPEC_FILE",
+    "SPEC_VERSION",
+    "EnvSpec",
+    "LoadedEnvironment",
+    "Task",
+    "load_environment",
+]
+
+SPEC_FILE = "envkit.toml"
+SPEC_VERSION = 1
+BASE_IMAGE_NAME = "envkit/base"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EnvironmentSection(_Strict):
+    name: str
+    version: str
+    kind: Literal["repo"]
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        parts = v.split("/")
+        if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or len(parts[0]) < 2:
+            raise ValueError(f"`{v}` is not namespace/name")
+        return v
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not is_semver(v):
+            raise ValueError(f"`{v}` is not a semantic version")
+        return v
+
+
+def _relative_path(v: str) -> str:
+    p = PurePosixPath(v)
+    if not v or p.is_absolute() or ".." in p.parts or "\\" in v:
+        raise ValueError(f"`{v}` must be a relative path inside the environment folder")
+    return v
+
+
+RelPath = Annotated[str, Field(min_length=1)]
+
+
+class ImageSection(_Strict):
+    base: str = BASE_IMAGE_NAME
+    files: list[RelPath] = Field(default_factory=list)
+
+    @field_validator("base")
+    @classmethod
+    def _base(cls, v: str) -> str:
+        name, at, digest = v.partition("@")
+        if name != BASE_IMAGE_NAME:
+            raise ValueError(f"`{v}` is not an envkit base image")
+        if at and not (digest.startswith("sha256:") and len(digest) == 71):
+            raise ValueError(f"`{digest}` is not a sha256 digest")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, v: list[str]) -> list[str]:
+        for item in v:
+            _relative_path(item.rstrip("/"))
+        return v
+
+    @property
+    def pinned_digest(self) -> str | None:
+        return self.base.partition("@")[2] or None
+
+
+class RepoState(_Strict):
+    path: RelPath
+    commit: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _relative_path(v.rstrip("/"))
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, v: str | None) -> str | None:
+        if v is not None and (len(v) != 40 or any(c not in "0123456789abcdef" for c in v)):
+            raise ValueError(f"`{v}` is not a full 40-hex git commit id")
+        return v
+
+
+class StateSection(_Strict):
+    repo: RepoState | None = None
+
+
+class TasksSection(_Strict):
+    file: RelPath = "tasks.jsonl"
+
+
+class VerifierSection(_Strict):
+    command: str = Field(min_length=1)
+    timeout_s: float = Field(default=120, gt=0, le=3600)
+
+
+class LimitsSection(_Strict):
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    memory_mb: int = Field(default=1024, ge=64, le=262144)
+    pids: int = Field(default=256, ge=16, le=65536)
+    disk_mb: int = Field(default=512, ge=16, le=65536)
+    command_timeout_s: float = Field(default=60, gt=0, le=86400)
+    episode_timeout_s: float = Field(default=600, gt=0, le=86400)
+    output_limit_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
+    network: Literal["none", "bridge"] = "none"
+
+
+class ToolsSection(_Strict):
+    enabled: list[Literal["bash", "edit_file"]] = Field(default_factory=lambda: ["bash", "edit_file"])
+
+
+class EnvSpec(_Strict):
+    """Version 1 of the envkit.toml schema."""
+
+    spec_version: Literal[1]
+    environment: EnvironmentSection
+    image: ImageSection = Field(default_factory=ImageSection)
+    state: StateSection = Field(default_factory=StateSection)
+    tasks: TasksSection = Field(default_factory=TasksSection)
+    verifier: VerifierSection
+    limits: LimitsSection = Field(default_factory=LimitsSection)
+    tools: ToolsSection = Field(default_factory=ToolsSection)
+
+
+class Task(_Strict):
+    """One line of the task file."""
+
+    id: str
+    instruction: str = Field(min_length=1)
+    difficulty: Literal["easy", "medium", "hard"] = "medium"
+    oracle: RelPath
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not NAME_RE.match(v) or len(v) > 64:
+            raise ValueError(f"`{v}` is not a task id")
+        return v
+
+    @field_validator("oracle")
+    @classmethod
+    def _oracle(cls, v: str) -> str:
+        return _relative_path(v)
+
+
+# Fixes for the fields users get wrong most; the rest fall back to the type's hint.
+_FIXES: dict[str, str] = {
+    "spec_version": f"set spec_version = {SPEC_VERSION} at the top of envkit.toml",
+    "environment": 'add an [environment] table with name = "ns/name", version = "1.0.0", kind = "repo"',
+    "environment.name": 'write it as namespace/name in lowercase, e.g. name = "envkit/pyfix"',
+    "environment.version": 'use a semantic version, e.g. version = "1.0.0"',
+    "environment.kind": 'this envkit builds kind = "repo" environments',
+    "image.base": f'use base = "{BASE_IMAGE_NAME}" or pin it: base = "{BASE_IMAGE_NAME}@sha256:<64 hex>"',
+    "image.files": "list paths relative to the environment folder, e.g. files = [\"repo\", \"verify\"]",
+    "state.repo.path": "name the folder that holds the repository, relative to envkit.toml",
+    "state.repo.commit": "give the full 40-hex commit id that `envkit build` prints, or remove the line",
+    "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
+    "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
+    "limits.network": 'use network = "none" (default) or "bridge"',
+    "tools.enabled": 'choose among "bash" and "edit_file"',
+    "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
+    "oracle": "give the path of the task's oracle script, relative to envkit.toml",
+}
+
+_TYPE_FIXES = {
+    "missing": "add this field",
+    "extra_forbidden": "remove this field or check its spelling",
+    "literal_error": "use one of the allowed values",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than_equal": "use a smaller value",
+}
+
+
+def _problems_from(err: ValidationError, prefix: str = "") -> list[Problem]:
+    problems = []
+    known_fields: list[str] = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        key = ".".join(str(x) for x in e["loc"] if not isinstance(x, int))
+        fix = _FIXES.get(key) or _TYPE_FIXES.get(e["type"], "see docs/spec.md for the allowed values")
+        if e["type"] == "extra_forbidden":
+            leaf = str(e["loc"][-1])
+            known_fields = _fields_at(e["loc"][:-1])
+            close = difflib.get_close_matches(leaf, known_fields, n=1)
+            if close:
+                fix = f"did you mean `{close[0]}`?"
+            elif key in _FIXES:
+                fix = "remove this field; it is not part of spec_version 1"
+        msg = e["msg"].removeprefix("Value error, ")
+        problems.append(Problem(f"{prefix}{loc}", msg, fix))
+    return problems
+
+
+def _fields_at(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = EnvSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+    return list(getattr(model, "model_fields", {}))
+
+
+@dataclass(frozen=True)
+class LoadedEnvironment:
+    """A validated environment folder: its spec, tasks and root."""
+
+    root: Path
+    spec: EnvSpec
+    tasks: tuple[Task, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.environment.name
+
+    @property
+    def ref(self) -> str:
+        return f"{self.spec.environment.name}@{self.spec.environment.version}"
+
+    def bundle_paths(self) -> list[str]:
+        """Relative paths the source bundle holds (folders expand to their files)."""
+        paths = {SPEC_FILE, self.spec.tasks.file}
+        paths.update(p.rstrip("/") for p in self.spec.image.files)
+        if self.spec.state.repo is not None:
+            paths.add(self.spec.state.repo.path)
+        return sorted(paths)
+
+    def task(self, task_id: str) -> Task:
+        for t in self.tasks:
+            if t.id == task_id:
+                return t
+        ids = [t.id for t in self.tasks]
+        raise TaskNotFoundError(task_id, ids, difflib.get_close_matches(task_id, ids, n=1, cutoff=0.5))
+
+
+def _covered(rel: str, roots: list[str]) -> bool:
+    return any(rel == r or rel.startswith(r + "/") for r in roots)
+
+
+def load_environment(path: str | Path) -> LoadedEnvironment:
+    """Load and validate an environment folder (or its envkit.toml)."""
+    root = Path(path)
+    if root.name == SPEC_FILE and root.is_file():
+        root = root.parent
+    if not root.exists():
+        raise EnvNotFoundError(
+            f"no environment at `{path}`: the path does not exist",
+            "give the folder that holds envkit.toml (e.g. environments/pyfix), or create one with `envkit init DIR`",
+        )
+    spec_path = root / SPEC_FILE
+    if not spec_path.is_file():
+        raise EnvNotFoundError(
+            f"`{path}` is not an environment: it has no {SPEC_FILE}",
+            f"give the folder that holds {SPEC_FILE}, or create one with `envkit init {path}`",
+        )
+    source = str(spec_path)
+    try:
+        raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(source, [Problem("(file)", f"not valid TOML: {e}", "fix the TOML syntax at that line")]) from None
+    except UnicodeDecodeError:
+        raise SpecError(source, [Problem("(file)", "not UTF-8 text", "save envkit.toml as UTF-8")]) from None
+
+    problems: list[Problem] = []
+    version = raw.get("spec_version")
+    if version is not None and version != SPEC_VERSION:
+        raise SpecError(
+            source,
+            [Problem("spec_version", f"spec_version {version!r} is not supported by this envkit (it reads {SPEC_VERSION})",
+                     f"set spec_version = {SPEC_VERSION}, or upgrade envkit")],
+        )
+    try:
+        spec = EnvSpec.model_validate(raw)
+    except ValidationError as e:
+        problems.extend(_problems_from(e))
+        spec = None
+
+    tasks: list[Task] = []
+    if spec is not None:
+        roots = [p.rstrip("/") for p in spec.image.files]
+        for i, rel in enumerate(spec.image.files):
+            if not (root / rel).exists():
+                problems.append(Problem(f"image.files[{i}]", f"`{rel}` does not exist in {root}",
+                                        "create it or remove it from the list"))
+        if spec.state.repo is not None:
+            repo = root / spec.state.repo.path
+            if not repo.is_dir():
+                problems.append(Problem("state.repo.path", f"`{spec.state.repo.path}` is not a folder in {root}",
+                                        "create the folder that holds the repository's files"))
+            elif (repo / ".git").exists():
+                problems.append(Problem("state.repo.path", f"`{spec.state.repo.path}` contains a .git folder",
+                                        "ship the files only; envkit makes the commit itself, reproducibly, at reset"))
+        elif spec.environment.kind == "repo":
+            problems.append(Problem("state.repo", "a repo environment needs a repository",
+                                    'add [state] repo = { path = "repo" }'))
+        tasks_path = root / spec.tasks.file
+        if not tasks_path.is_file():
+            problems.append(Problem("tasks.file", f"`{spec.tasks.file}` does not exist in {root}",
+                                    "create the task file (one JSON object per line) or fix the path"))
+        else:
+            tasks = _load_tasks(tasks_path, spec.tasks.file, root, roots, problems)
+    if problems:
+        raise SpecError(source, problems)
+    assert spec is not None
+    return LoadedEnvironment(root=root.resolve(), spec=spec, tasks=tuple(tasks))
+
+
+def _load_tasks(path: Path, rel: str, root: Path, roots: list[str], problems: list[Problem]) -> list[Task]:
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        problems.append(Problem(rel, "not UTF-8 text", "save the task file as UTF-8"))
+        return tasks
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{rel}:{n}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(Problem(where, f"not valid JSON: {e.msg}", "write one JSON object per line"))
+            continue
+        try:
+            task = Task.model_validate(data)
+        except ValidationError as e:
+            problems.extend(_problems_from(e, prefix=f"{where}."))
+            continue
+        if task.id in seen:
+            problems.append(Problem(f"{where}.id", f"task id `{task.id}` is used twice", "give every task its own id"))
+        seen.add(task.id)
+        if not (root / task.oracle).is_file():
+            problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` does not exist", "create the oracle script or fix the path"))
+        elif not _covered(task.oracle, roots):
+            problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` is not in the bundle",
+                                    "add its folder to [image] files"))
+        tasks.append(task)
+    if not tasks and not any(p.path.startswith(rel) for p in problems):
+        problems.append(Problem(rel, "the task file holds no tasks", "add at least one task, one JSON object per line"))
+    return tasks
