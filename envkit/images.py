@@ -39,7 +39,7 @@ __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build", "build_from_bu
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
-HELPERS = ("exec.sh", "helper.py")
+HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py")
 
 
 @dataclass(frozen=True)

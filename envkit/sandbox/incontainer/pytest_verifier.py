@@ -1,4 +1,8 @@
-"""pyfix verifier: runs the task's hidden tests against /workspace, prints the reward.
+"""envkit's pytest verifier (runs inside the sandbox as the verifier user).
+
+    python3 /opt/envkit/pytest_verifier.py --tests DIR
+
+Runs DIR/<task id>.py (the task's hidden tests) against /workspace and prints the reward.
 
 Reward = passed / total over the task's hidden tests (partial credit). The tests run from a
 private copy, with conftest files and pytest's cache disabled and an isolated interpreter,
@@ -6,6 +10,7 @@ so files the agent left in the workspace cannot change how the tests are collect
 Last stdout line: {"reward": float, "passed": int, "total": int, "failed": [names]}.
 """
 
+import argparse
 import json
 import os
 import shutil
@@ -14,13 +19,15 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORKSPACE = os.environ.get("ENVKIT_WORKSPACE", "/workspace")
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(prog="pytest_verifier")
+    parser.add_argument("--tests", required=True, help="folder of hidden tests, one <task id>.py each")
+    args = parser.parse_args()
     task = os.environ.get("ENVKIT_TASK_ID", "")
-    source = os.path.join(HERE, "tests", f"{task}.py")
+    source = os.path.join(args.tests, f"{task}.py")
     if not task or not os.path.isfile(source):
         print(f"verify: no hidden tests for task {task!r}", file=sys.stderr)
         return 3

@@ -1,0 +1,101 @@
+"""Scripted agents for `envkit run` and `envkit validate`, and the one-episode driver.
+
+* ``oracle``: runs the task's reference solution (its ``oracle`` script) in the workspace.
+* ``null``: does nothing; a sound task must give it reward 0.
+* ``shell:CMD``: runs CMD once, as the agent.
+
+Model-driven agents (vLLM) live in ``rl_runner``; they drive the same :class:`Episode`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from envkit.errors import InfraFailure, ModelFailure, UserError, VerifierFailure
+from envkit.runtime import EnvRuntime, Episode, EpisodeResult
+from envkit.sandbox import Sandbox
+from envkit.spec import Task
+
+__all__ = ["Agent", "NullAgent", "OracleAgent", "ShellAgent", "parse_agent", "run_episode"]
+
+ORACLE_PATH = "/tmp/envkit-oracle.sh"
+
+
+class Agent(Protocol):
+    name: str
+
+    def act(self, episode: Episode) -> None: ...
+
+
+class NullAgent:
+    name = "null"
+
+    def act(self, episode: Episode) -> None:
+        return None
+
+
+class OracleAgent:
+    name = "oracle"
+
+    def act(self, episode: Episode) -> None:
+        script = (episode.runtime.env.root / episode.task.oracle).read_bytes()
+        episode.sandbox.put_file(ORACLE_PATH, script, mode=0o755)
+        episode.step(f"bash {ORACLE_PATH}")
+
+
+@dataclass
+class ShellAgent:
+    command: str
+
+    @property
+    def name(self) -> str:
+        return f"shell:{self.command}"
+
+    def act(self, episode: Episode) -> None:
+        episode.step(self.command)
+
+
+def parse_agent(text: str) -> Agent:
+    if text == "oracle":
+        return OracleAgent()
+    if text == "null":
+        return NullAgent()
+    if text.startswith("shell:") and text[len("shell:"):].strip():
+        return ShellAgent(text[len("shell:"):])
+    raise UserError(f"`{text}` is not an agent", "use --agent oracle, --agent null or --agent 'shell:COMMAND'")
+
+
+def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None = None) -> EpisodeResult:
+    """Run one episode. Infra and verifier failures come back as results, never raise."""
+    own = sandbox is None
+    t0 = time.monotonic()
+    episode: Episode | None = None
+    try:
+        if sandbox is None:
+            sandbox = runtime.backend.create()
+        acquire_s = round(time.monotonic() - t0, 4)
+        episode = runtime.episode(task, seed, sandbox, agent.name)
+        episode.timings["sandbox_acquire_s"] = acquire_s
+        episode.reset()
+        try:
+            agent.act(episode)
+        except ModelFailure:
+            pass  # recorded on the episode; the reward still comes from the verifier
+        verdict = episode.verify()
+        return episode.result(verdict.reward, None, verdict.details)
+    except (InfraFailure, VerifierFailure) as failure:
+        if episode is None:
+            episode = runtime.episode(task, seed, sandbox, agent.name) if sandbox is not None else None
+        if episode is None:
+            return EpisodeResult(env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed,
+                                 agent=agent.name, reward=None, outcome=failure.outcome.label,
+                                 evidence=failure.evidence, state_hash="")
+        return episode.result(None, failure, {})
+    finally:
+        if own and sandbox is not None:
+            try:
+                sandbox.destroy()
+            except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
+                pass

@@ -1,0 +1,66 @@
+"""The `envkit` Typer app and its error handling: user mistakes exit 2 with a message and
+a hint, never a traceback (set ENVKIT_DEBUG=1 to see one)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import docker.errors
+import typer
+
+from envkit import __version__
+from envkit.cli import bench_cmd, build_cmd, episode_cmd, init_cmd
+from envkit.cli.output import err_console
+from envkit.errors import EnvkitError, UserError
+
+app = typer.Typer(
+    name="envkit", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+    help="Reproducible RL environments for LLM agents: build, run, validate and benchmark them.",
+)
+init_cmd.register(app)
+build_cmd.register(app)
+episode_cmd.register(app)
+app.add_typer(bench_cmd.bench_app, name="bench")
+app.add_typer(build_cmd.base_app, name="base")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"envkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+    """envkit command line."""
+
+
+def main() -> None:
+    debug = bool(os.environ.get("ENVKIT_DEBUG"))
+    try:
+        app()
+    except UserError as e:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {e.message}", markup=True, soft_wrap=True)
+        if e.hint:
+            err_console.print(f"[yellow]hint:[/] {e.hint}", markup=True, soft_wrap=True)
+        sys.exit(2)
+    except EnvkitError as e:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        sys.exit(1)
+    except docker.errors.DockerException as e:
+        if debug:
+            raise
+        err_console.print(f"[bold red]error:[/] the Docker engine failed: {e}", soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

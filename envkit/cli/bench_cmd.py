@@ -1,0 +1,44 @@
+"""`envkit bench sandbox`."""
+
+from __future__ import annotations
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+
+from envkit.bench import bench_sandbox
+from envkit.catalog import resolve_environment
+from envkit.cli.output import console, print_json
+from envkit.runtime import EnvRuntime
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
+
+
+@bench_app.command("sandbox")
+def sandbox(
+    env: str = typer.Option("envkit/pyfix", "--env", help="Environment whose image to use (folder or ref)."),
+    n: int = typer.Option(50, "-n", min=2, max=10000, help="Samples per metric."),
+    pool_size: int = typer.Option(4, "--pool-size", min=1, max=64, help="Warm pool size."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Cold start, warm acquire, exec round trip and reset latencies."""
+    runtime = EnvRuntime(resolve_environment(env))
+    if as_json:
+        rows, context = bench_sandbox(runtime, n=n, pool_size=pool_size)
+        print_json({"rows": [r.to_dict() for r in rows], **context})
+        failed = any(r.passed is False for r in rows)
+    else:
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("benchmarking", total=4 * n)
+            rows, context = bench_sandbox(runtime, n=n, pool_size=pool_size, tick=lambda _m: progress.advance(bar))
+        table = Table(title=f"envkit bench sandbox  (N={n}, pool {pool_size}, {runtime.env.ref})")
+        for col in ("metric", "p50", "p90", "mean", "target", "met"):
+            table.add_column(col, justify="right" if col in ("p50", "p90", "mean") else "left")
+        for r in rows:
+            met = "" if r.passed is None else ("[green]yes[/]" if r.passed else "[red]no[/]")
+            table.add_row(r.metric, f"{r.p50_ms:.1f} ms", f"{r.p90_ms:.1f} ms", f"{r.mean_ms:.1f} ms", r.target, met)
+        console.print(table)
+        console.print(f"warm pool hits: {context['warm_pool_hits']}/{n}")
+        failed = any(r.passed is False for r in rows)
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,99 @@
+"""`envkit run` and `envkit validate`."""
+
+from __future__ import annotations
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envkit.agents import parse_agent, run_episode
+from envkit.catalog import resolve_environment
+from envkit.cli.output import console, print_json
+from envkit.runtime import EnvRuntime, EpisodeResult
+from envkit.validate import validate as run_validation
+
+_TRACE_LINES = 40
+
+
+def _indent(text: str) -> str:
+    lines = text.rstrip("\n").splitlines()
+    if len(lines) > _TRACE_LINES:
+        lines = lines[: _TRACE_LINES // 2] + [f"[... {len(lines) - _TRACE_LINES} lines ...]"] + lines[-_TRACE_LINES // 2:]
+    return "\n".join("    " + line for line in lines)
+
+
+def _print_trace(result: EpisodeResult) -> None:
+    console.print(f"[bold]{result.env}[/]  task [bold]{result.task_id}[/]  seed {result.seed}  agent {result.agent}")
+    console.print(f"  image {result.image_id}\n  state {result.state_hash or '-'}")
+    for step in result.steps:
+        flag = f", {step.limit_hit}" if step.limit_hit else ""
+        console.print(f"[cyan]$ {step.command}[/]   [dim](exit {step.exit_code}, {step.duration_s:.2f} s{flag})[/]",
+                      markup=True, soft_wrap=True)
+        for text in (step.stdout, step.stderr):
+            if text.strip():
+                console.print(_indent(text), markup=False, soft_wrap=True)
+    if result.verifier:
+        shown = {k: v for k, v in result.verifier.items() if k != "reward"}
+        console.print(f"verifier: {shown}", markup=False)
+    reward = "-" if result.reward is None else f"{result.reward:g}"
+    color = "green" if result.outcome == "ok" else ("yellow" if result.outcome.startswith("model") else "red")
+    console.print(f"[bold]reward {reward}[/]  outcome [{color}]{result.outcome}[/]")
+    if result.outcome != "ok" and result.evidence:
+        console.print(f"  evidence: {result.evidence}", markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run(
+        env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+        task: str = typer.Option(..., "--task", "-t", help="Task id."),
+        agent: str = typer.Option("oracle", "--agent", "-a", help="oracle | null | shell:COMMAND"),
+        seed: int = typer.Option(0, "--seed", help="Reset seed."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Run one episode and print its trace and reward."""
+        loaded = resolve_environment(env)
+        chosen_task = loaded.task(task)
+        chosen_agent = parse_agent(agent)
+        runtime = EnvRuntime(loaded)
+        result = run_episode(runtime, chosen_task, seed, chosen_agent)
+        if as_json:
+            print_json(result.to_dict())
+        else:
+            _print_trace(result)
+        if result.outcome.startswith(("infra_failure", "verifier_failure")):
+            raise typer.Exit(1)
+
+    @app.command("validate")
+    def validate(
+        env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+        seed: int = typer.Option(0, "--seed", help="Reset seed for every episode."),
+        jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Oracle must reach 1.0 and null stay 0.0 on every task; resets must be deterministic."""
+        loaded = resolve_environment(env)
+        runtime = EnvRuntime(loaded)
+        if as_json:
+            report = run_validation(runtime, seed=seed, jobs=jobs)
+            print_json(report.to_dict())
+        else:
+            columns = (TextColumn("validating {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            with Progress(*columns, console=console, transient=True) as progress:
+                bar = progress.add_task(loaded.ref, total=len(loaded.tasks))
+                report = run_validation(runtime, seed=seed, jobs=jobs, progress=lambda _c: progress.advance(bar))
+            table = Table(title=f"{report.env}  image {report.image_id[:19]}…")
+            for col in ("task", "difficulty", "oracle", "null", "time", "status"):
+                table.add_column(col)
+            for t in report.tasks:
+                status = "[green]ok[/]" if t.ok else "[red]FAIL[/] " + "; ".join(t.problems)
+                table.add_row(t.task_id, t.difficulty, f"{t.oracle_reward}", f"{t.null_reward}", f"{t.seconds:.1f} s", status)
+            console.print(table)
+            det = report.determinism
+            mark = "[green]ok[/]" if det.get("ok") else "[red]FAIL[/]"
+            console.print(f"determinism (seed {det.get('seed')}, two fresh sandboxes): {mark} "
+                          f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
+            n_ok = sum(t.ok for t in report.tasks)
+            console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")
+        if not report.ok:
+            raise typer.Exit(1)

@@ -1,0 +1,182 @@
+"""Episodes: reset a sandbox to the task's seeded state, let an agent act, verify.
+
+An :class:`EnvRuntime` holds one built environment (its image and sandbox backend); each
+:class:`Episode` runs on one sandbox: ``reset(seed)`` → ``step(command)``… → ``verify()``.
+Every way an episode can end is classified per :mod:`envkit.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure, Outcome, VerifierFailure
+from envkit.images import BuildResult, build
+from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, Sandbox, SandboxLimits
+from envkit.sandbox.docker_backend import DockerBackend
+from envkit.spec import LoadedEnvironment, Task
+
+__all__ = ["EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    limit_hit: str | None
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    reward: float
+    details: dict[str, Any]
+    duration_s: float
+
+
+@dataclass
+class EpisodeResult:
+    env: str
+    image_id: str
+    task_id: str
+    seed: int
+    agent: str
+    reward: float | None
+    outcome: str
+    evidence: dict[str, Any]
+    state_hash: str
+    steps: list[StepRecord] = field(default_factory=list)
+    verifier: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class EnvRuntime:
+    """A built environment plus the means to run episodes on it."""
+
+    def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None) -> None:
+        self.env = env
+        self.build = build_result or build(env, client=client)
+        self.limits = SandboxLimits.from_spec(env.spec.limits)
+        self.backend = DockerBackend(self.build.image_id, self.limits, client=client,
+                                     labels={"org.envkit.env": env.ref})
+        self._first_hash: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def check_reset(self, reset: ResetResult) -> None:
+        """Same seed, same state: the first hash seen for a seed is the reference."""
+        pinned = self.env.spec.state.repo.commit if self.env.spec.state.repo else None
+        if pinned and reset.commit != pinned:
+            raise InfraFailure("nondeterministic_reset", "the seeded repository is not at the pinned commit",
+                               expected_commit=pinned, got_commit=reset.commit)
+        with self._lock:
+            first = self._first_hash.setdefault(reset.seed, reset.state_hash)
+        if first != reset.state_hash:
+            raise InfraFailure("nondeterministic_reset", f"reset with seed {reset.seed} gave another state",
+                               expected_hash=first, got_hash=reset.state_hash)
+
+    def episode(self, task: Task, seed: int, sandbox: Sandbox, agent: str = "") -> Episode:
+        return Episode(self, task, seed, sandbox, agent)
+
+
+class Episode:
+    def __init__(self, runtime: EnvRuntime, task: Task, seed: int, sandbox: Sandbox, agent: str) -> None:
+        self.runtime = runtime
+        self.task = task
+        self.seed = seed
+        self.sandbox = sandbox
+        self.agent = agent
+        self.steps: list[StepRecord] = []
+        self.model_failure: ModelFailure | None = None  # ended the episode
+        self.limit_failure: ModelFailure | None = None  # a command hit a limit; the episode went on
+        self.reset_result: ResetResult | None = None
+        self.timings: dict[str, float] = {}
+        self._started = 0.0
+
+    @property
+    def spec(self) -> Any:
+        return self.runtime.env.spec
+
+    def reset(self) -> ResetResult:
+        t0 = time.monotonic()
+        self.reset_result = self.sandbox.reset(self.seed)
+        self.runtime.check_reset(self.reset_result)
+        self.timings["reset_s"] = round(time.monotonic() - t0, 4)
+        self._started = time.monotonic()
+        return self.reset_result
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started if self._started else 0.0
+
+    def step(self, command: str) -> ExecResult:
+        """Run one agent command; model-caused limits are recorded, infra errors raise."""
+        if self.model_failure is not None:
+            raise self.model_failure
+        left = self.spec.limits.episode_timeout_s - self.elapsed()
+        if left <= 0:
+            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            raise self.model_failure
+        timeout = min(self.spec.limits.command_timeout_s, left)
+        result = self.sandbox.exec(command, timeout_s=timeout, user=AGENT)
+        self.steps.append(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
+        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + result.duration_s, 4)
+        if result.limit_hit == "command_timeout" and timeout < self.spec.limits.command_timeout_s:
+            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+        elif result.limit_hit is not None:
+            # The command hit one of the spec's limits: the model's doing. The episode
+            # goes on (the agent sees what happened); the outcome records it.
+            self.limit_failure = ModelFailure(result.limit_hit, f"a command hit the spec's {result.limit_hit} limit",
+                                           command=command[:500], exit_code=result.exit_code)
+        return result
+
+    def verify(self) -> VerifyResult:
+        t0 = time.monotonic()
+        self.sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
+        env = {
+            "ENVKIT_TASK_ID": self.task.id,
+            "ENVKIT_TASK_PARAMS": json.dumps(self.task.params, sort_keys=True),
+            "ENVKIT_SEED": str(self.seed),
+            "ENVKIT_WORKSPACE": "/workspace",
+        }
+        vspec = self.spec.verifier
+        res = self.sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
+        duration = round(time.monotonic() - t0, 4)
+        self.timings["verify_s"] = duration
+        tail = res.stderr[-2000:]
+        if res.timed_out:
+            raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
+        if res.exit_code != 0 or res.oom_killed:
+            raise VerifierFailure("verifier_crash", f"the verifier exited with {res.exit_code}", stderr_tail=tail)
+        lines = res.stdout.strip().splitlines()
+        try:
+            details = json.loads(lines[-1])
+            reward = float(details["reward"])
+        except (IndexError, ValueError, KeyError, TypeError):
+            raise VerifierFailure("bad_output", "the verifier's last stdout line is not {\"reward\": <number>}",
+                                  stdout_tail=res.stdout[-500:], stderr_tail=tail) from None
+        if not 0.0 <= reward <= 1.0:
+            raise VerifierFailure("bad_output", f"the verifier's reward {reward} is outside [0, 1]")
+        return VerifyResult(reward=reward, details=details, duration_s=duration)
+
+    def result(self, reward: float | None, failure: EpisodeFailure | None, verifier: dict[str, Any]) -> EpisodeResult:
+        if failure is not None:
+            outcome: Outcome = failure.outcome
+        elif self.model_failure is not None:
+            outcome = self.model_failure.outcome
+        elif self.limit_failure is not None:
+            outcome = self.limit_failure.outcome
+        else:
+            outcome = Outcome.ok()
+        return EpisodeResult(
+            env=self.runtime.env.ref, image_id=self.runtime.build.image_id, task_id=self.task.id, seed=self.seed,
+            agent=self.agent, reward=reward, outcome=outcome.label, evidence=outcome.evidence,
+            state_hash=self.reset_result.state_hash if self.reset_result else "",
+            steps=list(self.steps), verifier=verifier, timings=dict(self.timings),
+        )
