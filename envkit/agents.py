@@ -24,7 +24,8 @@ ORACLE_PATH = "/tmp/envkit-oracle.sh"
 
 
 class Agent(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def act(self, episode: Episode) -> None: ...
 

@@ -15,7 +15,7 @@ from envkit.errors import DockerUnavailableError
 __all__ = ["TRANSPORT_ERRORS", "connect", "engine_error"]
 
 # What the SDK raises when the engine is gone or the connection broke (not a 4xx answer).
-TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
     requests.exceptions.ConnectionError,
     requests.exceptions.Timeout,
     requests.exceptions.ChunkedEncodingError,

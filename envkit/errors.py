@@ -34,7 +34,7 @@ The attribution rule (the one every classifier in envkit follows):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -135,7 +135,7 @@ class BuildError(EnvkitError):
     """Image assembly failed for a reason other than the input."""
 
 
-class FailureCategory(str, Enum):
+class FailureCategory(StrEnum):
     OK = "ok"
     MODEL = "model_failure"
     INFRA = "infra_failure"

@@ -136,8 +136,15 @@ class LimitsSection(_Strict):
     network: Literal["none", "bridge"] = "none"
 
 
+ToolName = Literal["bash", "edit_file"]
+
+
+def _default_tools() -> list[ToolName]:
+    return ["bash", "edit_file"]
+
+
 class ToolsSection(_Strict):
-    enabled: list[Literal["bash", "edit_file"]] = Field(default_factory=lambda: ["bash", "edit_file"])
+    enabled: list[ToolName] = Field(default_factory=_default_tools)
 
 
 class EnvSpec(_Strict):

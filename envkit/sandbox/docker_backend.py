@@ -44,9 +44,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import select
 import socket
-import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,7 +180,7 @@ class DockerSandbox:
                 (err if stream == 2 else out).add(data)
         except _Deadline:
             return out, err, True
-        except (OSError, *TRANSPORT_ERRORS) as e:
+        except (OSError, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
             raise self._infra(e, "exec") from None
         finally:
             with contextlib.suppress(OSError):

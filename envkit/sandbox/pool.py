@@ -62,7 +62,7 @@ class PoolStats:
 
 class WarmPool:
     def __init__(self, factory: Callable[[], Any], size: int, *, max_create_per_s: float = 4.0,
-                 max_parallel: int = 2, prepare: Callable[[Any], None] | None = None,
+                 burst: float | None = None, max_parallel: int = 2, prepare: Callable[[Any], None] | None = None,
                  health: Callable[[Any], bool] | None = None) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
@@ -70,7 +70,7 @@ class WarmPool:
         self.size = size
         self.prepare = prepare
         self.health = health if health is not None else (lambda sb: bool(getattr(sb, "alive", lambda: True)()))
-        self.limiter = RateLimiter(max_create_per_s)
+        self.limiter = RateLimiter(max_create_per_s, burst)
         self.max_parallel = max(1, max_parallel)
         self.stats = PoolStats()
         self._ready: collections.deque[Any] = collections.deque()

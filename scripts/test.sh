@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up this machine, then run lint, types and the whole test suite (pytest args pass through).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check envkit tests
+.venv/bin/mypy
+.venv/bin/python -m pytest "$@"

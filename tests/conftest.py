@@ -1,0 +1,26 @@
+"""Test layout and markers.
+
+* ``tests/unit``: no Docker, no network; fakes only at declared seams (the warm pool's
+  ``factory`` callable, the rate limiter's ``clock``).
+* ``tests/integration``: marked ``docker``; they use the real Docker engine and the envkit
+  base image that ``scripts/setup.sh`` provides, and remove every container they create.
+  Markers: ``docker`` (needs the engine), ``slow`` (more than ~10 s).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYFIX = ROOT / "environments" / "pyfix"
+
+
+@pytest.fixture
+def pyfix_copy(tmp_path: Path) -> Path:
+    """A private copy of the bundled pyfix environment, safe to modify."""
+    dest = tmp_path / "pyfix"
+    shutil.copytree(PYFIX, dest, ignore=shutil.ignore_patterns("envkit.lock", "__pycache__"))
+    return dest

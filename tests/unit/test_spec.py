@@ -1,0 +1,94 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from envkit.errors import EnvNotFoundError, SpecError, TaskNotFoundError
+from envkit.spec import load_environment
+
+from ..conftest import PYFIX
+
+
+def test_bundled_pyfix_is_valid():
+    env = load_environment(PYFIX)
+    assert env.ref == "envkit/pyfix@1.0.0"
+    assert len(env.tasks) >= 12
+    assert {t.difficulty for t in env.tasks} == {"easy", "medium", "hard"}
+    assert env.spec.limits.network == "none"
+
+
+def _problems(path: Path) -> dict[str, str]:
+    with pytest.raises(SpecError) as info:
+        load_environment(path)
+    return {p.path: f"{p.message} | {p.fix}" for p in info.value.problems}
+
+
+def test_every_problem_reported_at_once_with_path_and_fix(pyfix_copy: Path):
+    spec = pyfix_copy / "envkit.toml"
+    text = spec.read_text()
+    text = text.replace('version = "1.0.0"', 'version = "1.0"').replace('kind = "repo"', 'kind = "rpeo"')
+    text = text.replace("memory_mb = 512", "memory_mb = 8").replace('network = "none"', 'network = "internet"')
+    text = text.replace("cpus = 1.0", "cpus = 1.0\ncpu = 2")
+    spec.write_text(text)
+    problems = _problems(pyfix_copy)
+    assert set(problems) == {"environment.version", "environment.kind", "limits.memory_mb", "limits.network", "limits.cpu"}
+    assert "semantic version" in problems["environment.version"]
+    assert "did you mean `cpus`?" in problems["limits.cpu"]
+    assert '"none"' in problems["limits.network"]
+
+
+def test_malformed_toml(pyfix_copy: Path):
+    (pyfix_copy / "envkit.toml").write_text("spec_version = 1\n[environment\nname = 'x'\n")
+    problems = _problems(pyfix_copy)
+    assert list(problems) == ["(file)"]
+    assert "not valid TOML" in problems["(file)"] and "line 2" in problems["(file)"]
+
+
+def test_unsupported_spec_version(pyfix_copy: Path):
+    spec = pyfix_copy / "envkit.toml"
+    spec.write_text(spec.read_text().replace("spec_version = 1", "spec_version = 7"))
+    assert "not supported" in _problems(pyfix_copy)["spec_version"]
+
+
+def test_missing_files_and_bad_tasks(pyfix_copy: Path):
+    spec = pyfix_copy / "envkit.toml"
+    spec.write_text(spec.read_text().replace('files = ["verify", "oracle"]', 'files = ["verify", "oracle", "nothere"]'))
+    lines = (pyfix_copy / "tasks.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    lines.append(json.dumps(first))  # duplicate id
+    lines.append("{not json")
+    lines.append(json.dumps({"id": "Bad Id", "instruction": "x", "oracle": "oracle/missing.sh", "extra": 1}))
+    (pyfix_copy / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    problems = _problems(pyfix_copy)
+    n = len(lines)
+    assert "image.files[2]" in problems
+    assert f"tasks.jsonl:{n - 2}.id" in problems and "used twice" in problems[f"tasks.jsonl:{n - 2}.id"]
+    assert f"tasks.jsonl:{n - 1}" in problems and "not valid JSON" in problems[f"tasks.jsonl:{n - 1}"]
+    assert f"tasks.jsonl:{n}.id" in problems
+    assert f"tasks.jsonl:{n}.extra" in problems
+
+
+def test_repo_with_git_folder_is_rejected(pyfix_copy: Path):
+    (pyfix_copy / "repo" / ".git").mkdir()
+    assert "contains a .git folder" in _problems(pyfix_copy)["state.repo.path"]
+
+
+def test_oracle_outside_bundle(pyfix_copy: Path):
+    spec = pyfix_copy / "envkit.toml"
+    spec.write_text(spec.read_text().replace('files = ["verify", "oracle"]', 'files = ["verify"]'))
+    problems = _problems(pyfix_copy)
+    assert any(k.endswith(".oracle") and "not in the bundle" in v for k, v in problems.items())
+
+
+def test_not_an_environment(tmp_path: Path):
+    with pytest.raises(EnvNotFoundError, match="no envkit.toml"):
+        load_environment(tmp_path)
+    with pytest.raises(EnvNotFoundError, match="does not exist"):
+        load_environment(tmp_path / "nope")
+
+
+def test_unknown_task_suggests_close_one():
+    env = load_environment(PYFIX)
+    with pytest.raises(TaskNotFoundError) as info:
+        env.task("fix-medain")
+    assert "Did you mean `fix-median`?" in info.value.message
