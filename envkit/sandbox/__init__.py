@@ -58,12 +58,13 @@ class ExecResult:
 
     @property
     def limit_hit(self) -> str | None:
-        if self.timed_out:
-            return "command_timeout"
+        # The first cause wins: a fork bomb that stalls until the timeout is a pids problem.
         if self.oom_killed:
             return "oom"
         if self.pids_limited:
             return "pids_limit"
+        if self.timed_out:
+            return "command_timeout"
         return None
 
     def to_dict(self) -> dict[str, Any]:

@@ -126,6 +126,19 @@ def _frames(sock: Any, deadline: float) -> Any:
             del buf[: 8 + size]
 
 
+def _close_hijacked(sock: Any) -> None:
+    """Close a hijacked exec connection: the HTTP response, its SocketIO and the socket."""
+    raw = getattr(sock, "_sock", sock)
+    response = getattr(sock, "_response", None)
+    with contextlib.suppress(Exception):  # the response's buffered reader may already be closed
+        if response is not None:
+            response.close()
+    with contextlib.suppress(OSError):
+        sock.close()
+    with contextlib.suppress(OSError):
+        raw.close()
+
+
 @dataclass
 class DockerSandbox:
     """One container. Use :meth:`DockerBackend.create` to make one."""
@@ -183,8 +196,7 @@ class DockerSandbox:
         except (OSError, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
             raise self._infra(e, "exec") from None
         finally:
-            with contextlib.suppress(OSError):
-                raw.close()
+            _close_hijacked(sock)
         return out, err, False
 
     # -- the Sandbox protocol ------------------------------------------------------

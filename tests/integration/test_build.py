@@ -1,0 +1,57 @@
+import json
+import shutil
+from pathlib import Path
+
+from envkit.base import build_base, find_base
+from envkit.images import LOCK_FILE, build
+from envkit.spec import load_environment
+
+from ..conftest import PYFIX
+
+
+def test_rebuild_gives_the_same_image_id(client, pyfix_copy: Path):
+    env = load_environment(pyfix_copy)
+    first = build(env, client=client)
+    client.images.remove(first.image_id, force=True)  # a real rebuild, not the cache
+    second = build(env, client=client)
+    third = build(env, client=client)
+    assert not second.cached and third.cached
+    assert first.image_id == second.image_id == third.image_id
+    assert first.bundle_digest == second.bundle_digest
+    lock = json.loads((pyfix_copy / LOCK_FILE).read_text())
+    assert lock["image_id"] == first.image_id and lock["bundle_digest"] == first.bundle_digest
+    assert lock["base_image"] == find_base(client).ref
+
+
+def test_copy_in_another_folder_gives_the_same_image(client, tmp_path: Path):
+    a = build(load_environment(PYFIX), client=client, write_lock=False)
+    other = tmp_path / "elsewhere"
+    shutil.copytree(PYFIX, other, ignore=shutil.ignore_patterns(LOCK_FILE))
+    b = build(load_environment(other), client=client, write_lock=False)
+    assert a.image_id == b.image_id
+
+
+def test_one_byte_changes_the_image(client, pyfix_copy: Path):
+    before = build(load_environment(pyfix_copy), client=client)
+    test_file = pyfix_copy / "verify" / "tests" / "fix-median.py"
+    test_file.write_bytes(test_file.read_bytes() + b"\n")
+    after = build(load_environment(pyfix_copy), client=client)
+    assert after.bundle_digest != before.bundle_digest
+    assert after.image_id != before.image_id
+    assert after.base_image == before.base_image
+
+
+def test_image_labels_and_layout(client, pyfix_runtime):
+    image = client.images.get(pyfix_runtime.build.image_id)
+    labels = image.labels
+    assert labels["org.envkit.bundle"] == pyfix_runtime.build.bundle_digest
+    assert labels["org.envkit.env"] == "envkit/pyfix@1.0.0"
+    assert image.attrs["Created"].startswith("1970-01-01")
+
+
+def test_base_image_is_reproducible(client):
+    """Building the base again from the same Debian packages gives the same image ID."""
+    existing = find_base(client)
+    rebuilt, built_now = build_base(force=True, client=client)
+    assert built_now
+    assert rebuilt.id == existing.id

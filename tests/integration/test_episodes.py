@@ -1,0 +1,172 @@
+"""Episodes end to end through the CLI and the library, with each outcome class."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envkit.agents import NullAgent, OracleAgent, ShellAgent, run_episode
+from envkit.runtime import EnvRuntime
+from envkit.spec import load_environment
+
+from ..conftest import ROOT
+from .conftest import TEST_LABEL
+
+
+def envkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True,
+                          cwd=cwd, env=dict(os.environ), timeout=600)
+
+
+def edit_spec(env_dir: Path, old: str, new: str) -> None:
+    spec = env_dir / "envkit.toml"
+    text = spec.read_text()
+    assert old in text
+    spec.write_text(text.replace(old, new))
+
+
+def runtime_for(path: Path, client) -> EnvRuntime:
+    rt = EnvRuntime(load_environment(path), client=client)
+    rt.backend.labels.update(TEST_LABEL)
+    return rt
+
+
+def test_run_oracle_and_null_via_cli(pyfix_runtime):
+    proc = envkit("run", "environments/pyfix", "--task", "fix-lru-recency", "--agent", "oracle", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["reward"] == 1.0 and result["outcome"] == "ok"
+    assert result["image_id"] == pyfix_runtime.build.image_id
+    assert result["state_hash"].startswith("sha256:")
+    proc = envkit("run", "envkit/pyfix@1.0.0", "--task", "fix-lru-recency", "--agent", "null")
+    assert proc.returncode == 0, proc.stderr
+    assert "reward 0" in proc.stdout and "outcome ok" in proc.stdout
+
+
+def test_shell_agent_partial_credit(pyfix_runtime):
+    # Fixes only the even-length median formula: all three hidden tests pass.
+    task = pyfix_runtime.env.task("fix-median")
+    fix = "sed -i 's/ordered\\[mid\\] + ordered\\[mid + 1\\]/ordered[mid - 1] + ordered[mid]/' kit/stats.py"
+    assert run_episode(pyfix_runtime, task, 0, ShellAgent(fix)).reward == 1.0
+    # A truncate fix that is right for the default ellipsis only: partial credit.
+    task = pyfix_runtime.env.task("fix-truncate")
+    half = "sed -i 's/return text\\[:width\\] + ellipsis/return text[:width - 3] + ellipsis/' kit/text.py"
+    result = run_episode(pyfix_runtime, task, 0, ShellAgent(half))
+    assert result.outcome == "ok" and 0.0 < result.reward < 1.0, result
+
+
+def test_command_timeout_is_a_model_failure_with_reward(pyfix_copy, client):
+    edit_spec(pyfix_copy, "command_timeout_s = 60", "command_timeout_s = 1")
+    rt = runtime_for(pyfix_copy, client)
+    result = run_episode(rt, rt.env.task("fix-median"), 0, ShellAgent("sleep 30"))
+    assert result.outcome == "model_failure:command_timeout"
+    assert result.reward == 0.0  # the verifier still ran: the model keeps its reward
+
+
+def test_oom_is_a_model_failure(pyfix_copy, client):
+    edit_spec(pyfix_copy, "memory_mb = 512", "memory_mb = 128")
+    rt = runtime_for(pyfix_copy, client)
+    result = run_episode(rt, rt.env.task("fix-median"), 0, ShellAgent("python3 -c 'b = bytearray(1 << 30)'"))
+    assert result.outcome == "model_failure:oom" and result.reward == 0.0
+
+
+def test_episode_timeout(pyfix_copy, client):
+    edit_spec(pyfix_copy, "episode_timeout_s = 600", "episode_timeout_s = 1")
+    rt = runtime_for(pyfix_copy, client)
+    result = run_episode(rt, rt.env.task("fix-median"), 0, ShellAgent("sleep 5"))
+    assert result.outcome == "model_failure:episode_timeout"
+    assert result.reward == 0.0
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [
+        ("python3 -c 'import sys; sys.exit(3)'", "verifier_failure:verifier_crash"),
+        ("echo no reward here", "verifier_failure:bad_output"),
+        ("echo '{\"reward\": 7}'", "verifier_failure:bad_output"),
+    ],
+)
+def test_broken_verifier(pyfix_copy, client, command, outcome):
+    edit_spec(pyfix_copy, 'command = "python3 /opt/envkit/pytest_verifier.py --tests /env/verify/tests"',
+              f"command = {json.dumps(command)}")
+    rt = runtime_for(pyfix_copy, client)
+    result = run_episode(rt, rt.env.task("fix-median"), 0, OracleAgent())
+    assert result.outcome == outcome and result.reward is None
+
+
+def test_container_lost_mid_episode_is_infra(pyfix_runtime, client):
+    class Saboteur:
+        name = "saboteur"
+
+        def act(self, episode):
+            client.containers.get(episode.sandbox.id).kill()
+            episode.step("echo after")
+
+    result = run_episode(pyfix_runtime, pyfix_runtime.env.task("fix-median"), 0, Saboteur())
+    assert result.outcome == "infra_failure:container_lost", result
+    assert result.reward is None
+
+
+def test_reset_is_checked_against_the_pinned_commit(pyfix_copy, client, pyfix_runtime):
+    sb = pyfix_runtime.backend.create()
+    try:
+        commit = sb.reset(0).commit
+    finally:
+        sb.destroy()
+    edit_spec(pyfix_copy, 'repo = { path = "repo" }', f'repo = {{ path = "repo", commit = "{commit}" }}')
+    rt = runtime_for(pyfix_copy, client)
+    assert run_episode(rt, rt.env.task("fix-median"), 0, NullAgent()).outcome == "ok"
+    # Same files, other pin: the reset lands elsewhere, which is infra's fault, not the model's.
+    edit_spec(pyfix_copy, commit, "0" * 40)
+    rt = runtime_for(pyfix_copy, client)
+    result = run_episode(rt, rt.env.task("fix-median"), 0, NullAgent())
+    assert result.outcome == "infra_failure:nondeterministic_reset"
+    assert result.evidence["got_commit"] == commit and result.evidence["expected_commit"] == "0" * 40
+
+
+def test_reset_restores_state_exactly(pyfix_runtime):
+    sb = pyfix_runtime.backend.create()
+    try:
+        clean = sb.reset(3)
+        sb.exec("rm -rf kit && echo x > new.txt && mkdir -p locked/deep && chmod 000 locked && git commit -qam wip || true")
+        sb.exec("sleep 100 &", timeout_s=2)
+        again = sb.reset(3)
+        assert again.state_hash == clean.state_hash and again.commit == clean.commit
+        assert "sleep 100" not in sb.exec("ps -eo args").stdout
+    finally:
+        sb.destroy()
+
+
+def test_validate_pyfix_via_cli(pyfix_runtime):
+    proc = envkit("validate", "environments/pyfix", "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ok"] and len(report["tasks"]) >= 12
+    assert all(t["oracle_reward"] == 1.0 and t["null_reward"] == 0.0 for t in report["tasks"])
+    det = report["determinism"]
+    assert det["ok"] and len(det["hashes"]) == 2 and det["hashes"][0] == det["hashes"][1]
+
+
+def test_validate_fails_when_an_oracle_is_wrong(pyfix_copy):
+    oracle = pyfix_copy / "oracle" / "fix-median.sh"
+    oracle.write_text("#!/bin/bash\ntrue\n")
+    proc = envkit("validate", str(pyfix_copy))
+    assert proc.returncode == 1
+    assert "FAIL" in proc.stdout and "fix-median" in proc.stdout
+
+
+def test_scaffold_builds_and_validates(tmp_path):
+    folder = tmp_path / "starter"
+    assert envkit("init", str(folder), "--kind", "repo").returncode == 0
+    first = envkit("build", str(folder), "--json")
+    assert first.returncode == 0, first.stderr
+    second = envkit("build", str(folder), "--json")
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert {"bundle_digest", "base_image", "image_id"} <= set(a)
+    assert a["image_id"] == b["image_id"] and b["cached"]
+    proc = envkit("validate", str(folder))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "PASS: 2/2 tasks" in proc.stdout

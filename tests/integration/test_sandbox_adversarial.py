@@ -1,0 +1,132 @@
+"""One adversarial test per property of the threat model (envkit.sandbox.docker_backend).
+
+Each runs an attack in one sandbox and checks it is contained: the attack's own sandbox
+reports the limit it hit, a neighbour sandbox keeps working, and the host is unaffected.
+"""
+
+import shutil
+import time
+
+from envkit.sandbox import VERIFIER
+
+
+def neighbour_ok(neighbour) -> None:
+    r = neighbour.exec("echo alive && python3 -c 'print(6*7)'")
+    assert r.ok and r.stdout.split() == ["alive", "42"], r
+
+
+def test_command_timeout(sandbox, neighbour):
+    t0 = time.monotonic()
+    r = sandbox.exec("sleep 60", timeout_s=1)
+    assert r.timed_out and r.limit_hit == "command_timeout"
+    assert time.monotonic() - t0 < 10
+    assert sandbox.exec("echo next").stdout == "next\n"  # the sandbox is still usable
+    neighbour_ok(neighbour)
+
+
+def test_command_ignoring_sigterm_is_killed(sandbox):
+    t0 = time.monotonic()
+    r = sandbox.exec("trap '' TERM; while :; do sleep 0.1; done", timeout_s=1)
+    assert r.timed_out and r.exit_code == 137
+    assert time.monotonic() - t0 < 10
+    assert "while" not in sandbox.exec("ps -eo args").stdout
+
+
+def test_detached_child_does_not_hang_the_exec(sandbox):
+    t0 = time.monotonic()
+    r = sandbox.exec("setsid sleep 300 & echo started", timeout_s=30)
+    assert r.stdout == "started\n" and not r.timed_out
+    assert time.monotonic() - t0 < 10  # Docker's stdio grace, not the 30 s timeout
+    sandbox.kill_processes()
+    assert "sleep 300" not in sandbox.exec("ps -eo args").stdout
+
+
+def test_fork_bomb(sandbox, neighbour):
+    r = sandbox.exec(":(){ :|:& };:", timeout_s=3)
+    assert r.pids_limited or r.timed_out, r
+    assert r.limit_hit in ("pids_limit", "command_timeout")
+    # The bomb is cleared and the sandbox works again.
+    sandbox.kill_processes()
+    after = sandbox.exec("ps -e --no-headers | wc -l")
+    assert after.ok and int(after.stdout) < 10
+    neighbour_ok(neighbour)
+
+
+def test_pids_limit_is_reported(sandbox):
+    r = sandbox.exec("for i in $(seq 200); do sleep 2 & done; wait", timeout_s=20)
+    assert r.pids_limited and r.limit_hit == "pids_limit"
+    assert "Resource temporarily unavailable" in r.stderr
+
+
+def test_memory_bomb(sandbox, neighbour):
+    r = sandbox.exec("python3 -c 'a = bytearray(1024 * 1024 * 1024)'")
+    assert r.oom_killed and r.limit_hit == "oom" and r.exit_code == 137
+    assert sandbox.alive()
+    neighbour_ok(neighbour)
+
+
+def test_disk_fill(sandbox, neighbour):
+    host_free = shutil.disk_usage("/").free
+    r = sandbox.exec("dd if=/dev/zero of=/workspace/fill bs=1M count=200; df -m /workspace | tail -1")
+    assert "No space left on device" in r.stderr
+    assert int(sandbox.exec("stat -c %s /workspace/fill").stdout) <= 32 * 1024 * 1024
+    for target in ("/var/tmp/fill", "/fill", "/usr/fill"):
+        r = sandbox.exec(f"dd if=/dev/zero of={target} bs=1M count=1")
+        assert r.exit_code != 0 and ("Read-only file system" in r.stderr or "Permission denied" in r.stderr), r
+    assert abs(shutil.disk_usage("/").free - host_free) < 100 * 1024 * 1024
+    neighbour_ok(neighbour)
+
+
+def test_network_egress_is_impossible(sandbox, neighbour):
+    probe = (
+        "import socket\n"
+        "for host, port in [('1.1.1.1', 80), ('8.8.8.8', 53), ('172.17.0.1', 2375), ('127.0.0.1', 9)]:\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=2); print('OPEN', host)\n"
+        "    except OSError as e:\n"
+        "        print('blocked', host, e.errno)\n"
+    )
+    sandbox.put_file("/tmp/probe.py", probe.encode())
+    r = sandbox.exec("python3 /tmp/probe.py; ls /sys/class/net")
+    assert "OPEN" not in r.stdout
+    assert r.stdout.count("blocked") == 4
+    assert r.stdout.split()[-1] == "lo"  # loopback is the only interface
+    neighbour_ok(neighbour)
+
+
+def test_writes_outside_the_workspace(sandbox, neighbour):
+    for target in ("/etc/passwd", "/usr/bin/python3", "/opt/envkit/helper.py", "/env/x", "/seed/repo/x", "/root/x"):
+        r = sandbox.exec(f"echo pwned >> {target}")
+        assert r.exit_code != 0, target
+    assert sandbox.exec("echo ok > /workspace/mine && cat /workspace/mine").stdout == "ok\n"
+    r = sandbox.exec("grep -c pwned /etc/passwd || true")
+    assert r.stdout.strip() == "0"
+    neighbour_ok(neighbour)
+
+
+def test_hidden_files_and_privileges(sandbox, client):
+    assert "Permission denied" in sandbox.exec("ls /env").stderr  # tasks, oracles, tests
+    assert sandbox.exec("id -u").stdout.strip() == "1000"
+    caps = sandbox.exec("grep CapEff /proc/self/status").stdout.split()[-1]
+    assert int(caps, 16) == 0
+    assert sandbox.exec("grep NoNewPrivs /proc/self/status").stdout.split()[-1] == "1"
+    assert sandbox.exec("test -e /var/run/docker.sock || test -e /run/docker.sock").exit_code != 0
+    mounts = client.api.inspect_container(sandbox.id)["Mounts"]
+    assert mounts == []  # nothing from the host (tmpfs mounts are not host mounts)
+    # the verifier user can read the hidden files; the agent cannot escalate to it
+    assert sandbox.exec("ls /env/verify/tests | head -1", user=VERIFIER).ok
+    assert sandbox.exec("su verifier -c true").exit_code != 0
+
+
+def test_sandboxes_cannot_see_each_other(sandbox, neighbour):
+    sandbox.exec("echo hidden > /workspace/mine.txt; sleep 31 &", timeout_s=2)
+    assert sandbox.exec("test -e /workspace/mine.txt").ok
+    assert neighbour.exec("test -e /workspace/mine.txt").exit_code == 1
+    assert "sleep 31" not in neighbour.exec("ps -e -o args").stdout
+    assert "sleep 31" in sandbox.exec("ps -e -o args").stdout
+
+
+def test_output_is_capped(sandbox):
+    r = sandbox.exec("head -c 10000000 /dev/zero | tr '\\0' 'x'")
+    assert r.ok and r.truncated and r.stdout_bytes == 10_000_000
+    assert len(r.stdout) < 9000
