@@ -1,4 +1,5 @@
 import json
+import uuid
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from ..conftest import PYFIX
 
 
 def test_rebuild_gives_the_same_image_id(client, pyfix_copy: Path):
+    # A bundle of its own (no other test's container uses its image), so it can be removed.
+    (pyfix_copy / "repo" / "UNIQUE").write_text(uuid.uuid4().hex)
     env = load_environment(pyfix_copy)
     first = build(env, client=client)
     client.images.remove(first.image_id, force=True)  # a real rebuild, not the cache
