@@ -1,6 +1,6 @@
 import json
-import uuid
 import shutil
+import uuid
 from pathlib import Path
 
 from envkit.base import build_base, find_base

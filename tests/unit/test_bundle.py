@@ -1,6 +1,6 @@
+import io
 import os
 import tarfile
-import io
 from pathlib import Path
 
 import pytest
