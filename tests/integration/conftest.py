@@ -54,17 +54,19 @@ def tight_backend(client: Any, pyfix_runtime: EnvRuntime) -> DockerBackend:
     return DockerBackend(pyfix_runtime.build.image_id, TIGHT, client=client, labels=TEST_LABEL)
 
 
-@pytest.fixture
-def sandbox(tight_backend: DockerBackend) -> Iterator[DockerSandbox]:
-    sb = tight_backend.create()
+def _fresh(backend: DockerBackend) -> Iterator[DockerSandbox]:
+    sb = backend.create()
     sb.reset(0)
     yield sb
     sb.destroy()
+
+
+@pytest.fixture
+def sandbox(tight_backend: DockerBackend) -> Iterator[DockerSandbox]:
+    yield from _fresh(tight_backend)
 
 
 @pytest.fixture
 def neighbour(tight_backend: DockerBackend) -> Iterator[DockerSandbox]:
-    sb = tight_backend.create()
-    sb.reset(0)
-    yield sb
-    sb.destroy()
+    """A second sandbox, to show that an attack in the first does not reach it."""
+    yield from _fresh(tight_backend)
