@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 from envkit.errors import EnvNotFoundError, EnvRefError
-from envkit.refs import parse_env_ref
+from envkit.refs import EnvRef, parse_env_ref
 from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
 
 __all__ = ["local_environments", "resolve_environment", "search_path"]
@@ -74,6 +74,9 @@ def resolve_environment(arg: str) -> LoadedEnvironment:
             hint = (f"did you mean `{parent / close_dir[0]}`?" if parent and close_dir
                     else "give the folder that holds envkit.toml, or a ref ns/name@version")
             raise EnvNotFoundError(f"no environment at `{arg}`: no such folder, and it is not a known environment ref", hint)
+        pulled = _from_registry(ref)
+        if pulled is not None:
+            return pulled
         close = difflib.get_close_matches(ref.full_name, list(envs), n=1)
         where = ", ".join(str(p) for p in search_path())
         raise EnvNotFoundError(
@@ -89,3 +92,22 @@ def resolve_environment(arg: str) -> LoadedEnvironment:
             f"available: {', '.join(sorted(versions, key=_version_key))}",
         )
     return load_environment(versions[ref.version])
+
+
+def _from_registry(ref: EnvRef) -> LoadedEnvironment | None:
+    """Pull ``ref`` from the configured registry; None when no registry is configured or it
+    has no such environment."""
+    from envkit.client import Registry, RegistryAPIError, load_credentials
+    from envkit.distribution import pull
+
+    creds = load_credentials()
+    if creds is None:
+        return None
+    with Registry(creds.url, creds.token) as registry:
+        try:
+            result = pull(ref, registry=registry)
+        except RegistryAPIError as e:
+            if e.status == 404:
+                return None
+            raise
+    return load_environment(result.folder)

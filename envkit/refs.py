@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from envkit.errors import EnvRefError
 
-__all__ = ["EnvRef", "format_env_ref", "is_semver", "parse_env_ref", "NAME_RE", "SEMVER_RE"]
+__all__ = ["EnvRef", "format_env_ref", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEMVER_RE"]
 
 _SEGMENT = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 NAME_RE = re.compile(rf"^{_SEGMENT}$")
@@ -33,6 +33,18 @@ SEMVER_RE = re.compile(
 
 def is_semver(version: str) -> bool:
     return SEMVER_RE.match(version) is not None
+
+
+def semver_key(version: str) -> tuple[object, ...]:
+    """A sort key with Semantic Versioning 2.0.0 precedence (build metadata ignored)."""
+    m = SEMVER_RE.match(version)
+    if m is None:
+        raise ValueError(f"`{version}` is not a semantic version")
+    major, minor, patch, pre = int(m[1]), int(m[2]), int(m[3]), m[4]
+    if pre is None:
+        return (major, minor, patch, 1, ())
+    ids = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
+    return (major, minor, patch, 0, ids)
 
 
 @dataclass(frozen=True, order=True)

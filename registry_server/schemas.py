@@ -1,0 +1,108 @@
+"""API schemas, in families: <Noun>Public for reads, <Noun>Create for writes, paged lists."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    count: int
+
+
+class HealthSummary(BaseModel):
+    reports: int = 0
+    episodes: int = 0
+    infra_failures: dict[str, int] = Field(default_factory=dict)
+    infra_failure_rate: float | None = None
+    model_failures: int = 0
+    model_failure_rate: float | None = None
+    oracle_pass_rate: float | None = None
+    p50_episode_s: float | None = None
+    p95_episode_s: float | None = None
+
+
+class VersionPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    ref: str
+    version: str
+    bundle_digest: str
+    image_id: str
+    base_image: str
+    oci_ref: str | None
+    size: int
+    task_count: int
+    kind: str
+    publisher: str
+    created_at: dt.datetime
+    yanked: bool
+    yank_reason: str | None
+    deprecated: bool
+    successor: str | None
+    health: HealthSummary
+
+
+class VersionDetail(VersionPublic):
+    spec: dict[str, Any]
+
+
+class EnvironmentPublic(BaseModel):
+    namespace: str
+    name: str
+    full_name: str
+    kind: str
+    description: str
+    latest_version: str | None
+    version_count: int
+    task_count: int
+    updated_at: dt.datetime
+
+
+class EnvironmentDetail(EnvironmentPublic):
+    versions: list[VersionPublic]
+
+
+class PublishResult(BaseModel):
+    created: bool
+    version: VersionPublic
+
+
+class YankCreate(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class DeprecateCreate(BaseModel):
+    successor: str | None = Field(default=None, max_length=200, description="ns/name@version to use instead")
+
+
+class TokenCreate(BaseModel):
+    name: str = Field(default="", max_length=128)
+    namespaces: list[str] = Field(min_length=1, max_length=100)
+
+
+class TokenPublic(BaseModel):
+    id: str
+    name: str
+    user: str
+    namespaces: list[str]
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+    last_used_at: dt.datetime | None
+
+
+class TokenCreated(TokenPublic):
+    token: str = Field(description="shown once; store it now")
+
+
+class HealthCreate(BaseModel):
+    episodes: int = Field(ge=1, le=10_000_000)
+    infra_failures: dict[str, int] = Field(default_factory=dict, max_length=100)
+    model_failures: int = Field(default=0, ge=0)
+    oracle_pass_rate: float | None = Field(default=None, ge=0, le=1)
+    p50_episode_s: float | None = Field(default=None, ge=0, le=1e7)
+    p95_episode_s: float | None = Field(default=None, ge=0, le=1e7)

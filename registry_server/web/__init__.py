@@ -1,0 +1,1 @@
+"""Server-rendered pages: the environment list (with search) and one page per environment."""

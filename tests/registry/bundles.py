@@ -1,0 +1,43 @@
+"""Bundles for registry tests, made from copies of pyfix (no Docker needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from envkit.bundle import Bundle, make_bundle
+from envkit.spec import load_environment
+
+from ..conftest import PYFIX
+
+FAKE_IMAGE = "sha256:" + "ab" * 32
+
+
+def make_pyfix_bundle(tmp_path: Path, *, name: str = "envkit/pyfix", version: str = "1.0.0", salt: str = "",
+                      description: str | None = None) -> Bundle:
+    folder = tmp_path / f"src-{hashlib.sha1(f'{name}{version}{salt}{description}'.encode()).hexdigest()[:10]}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(PYFIX, folder, ignore=shutil.ignore_patterns("envkit.lock"))
+    spec = folder / "envkit.toml"
+    text = spec.read_text().replace('name = "envkit/pyfix"', f'name = "{name}"').replace('version = "1.0.0"', f'version = "{version}"')
+    if description is not None:
+        text = text.replace('description = "Fix bugs', f'description = "{description} Fix bugs')
+    spec.write_text(text)
+    if salt:
+        (folder / "repo" / "SALT").write_text(salt)
+    return make_bundle(load_environment(folder))
+
+
+def image_for(bundle: Bundle) -> str:
+    """A stand-in image ID that differs with the content (the server cannot check it)."""
+    return "sha256:" + hashlib.sha256(bundle.digest.encode()).hexdigest()
+
+
+def put(client, bundle: Bundle, *, ns: str = "envkit", name: str = "pyfix", version: str = "1.0.0",
+        digest: str | None = None, image: str | None = None, content: bytes | None = None, headers: dict | None = None):
+    params = {"bundle_digest": digest or bundle.digest, "image_id": image or image_for(bundle)}
+    return client.put(f"/environments/{ns}/{name}/versions/{version}", params=params,
+                      content=bundle.data if content is None else content,
+                      headers={"Content-Type": "application/x-tar", **(headers or {})})

@@ -1,0 +1,164 @@
+"""The registry API against SQLite and a real PostgreSQL (each test runs on both)."""
+
+import hashlib
+
+from sqlalchemy import create_engine, text
+
+from .bundles import image_for, make_pyfix_bundle, put
+
+
+def assert_error(response, status: int, code: str, fragment: str = ""):
+    assert response.status_code == status, response.text
+    body = response.json()["error"]
+    assert body["code"] == code and body["message"] and "hint" in body
+    assert fragment in body["message"] + body["hint"], body
+
+
+def test_publish_is_idempotent_and_immutable(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path)
+    with registry.client(registry.token) as c:
+        first = put(c, bundle)
+        assert first.status_code == 201, first.text
+        body = first.json()
+        assert body["created"] is True
+        v = body["version"]
+        assert v["ref"] == "envkit/pyfix@1.0.0" and v["bundle_digest"] == bundle.digest and v["task_count"] == 13
+        assert v["publisher"] == "alice" and v["size"] == len(bundle.data)
+        again = put(c, bundle)
+        assert again.status_code == 200 and again.json()["created"] is False
+        other = make_pyfix_bundle(tmp_path, salt="changed")
+        assert_error(put(c, other), 409, "conflict", "bump the version")
+    assert len(registry.blob_files()) == 1
+
+
+def test_digest_is_recomputed(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path)
+    with registry.client(registry.token) as c:
+        assert_error(put(c, bundle, digest="sha256:" + "0" * 64), 400, "bad_request", "not sha256:0000")
+        assert c.get("/environments/envkit/pyfix").status_code == 404
+    assert registry.blob_files() == [] and registry.tmp_files() == []
+
+
+def test_url_must_match_the_bundle(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path, version="2.0.0")
+    with registry.client(registry.token) as c:
+        assert_error(put(c, bundle, version="1.0.0"), 422, "invalid", "envkit/pyfix@2.0.0")
+
+
+def test_list_search_and_paging(registry, tmp_path):
+    with registry.client(registry.token) as c:
+        for n, desc in [("alpha", "sorting"), ("beta", "parsing"), ("gamma", "sorting")]:
+            b = make_pyfix_bundle(tmp_path, name=f"envkit/{n}", description=desc)
+            assert put(c, b, name=n).status_code == 201
+    with registry.client() as anon:  # reads are public
+        page = anon.get("/environments", params={"page_size": 2}).json()
+        assert page["count"] == 3 and [e["name"] for e in page["data"]] == ["alpha", "beta"]
+        page2 = anon.get("/environments", params={"page_size": 2, "page": 2}).json()
+        assert [e["name"] for e in page2["data"]] == ["gamma"]
+        found = anon.get("/environments", params={"q": "SORTING"}).json()
+        assert found["count"] == 2 and {e["name"] for e in found["data"]} == {"alpha", "gamma"}
+        assert anon.get("/environments", params={"kind": "website"}).json()["count"] == 0
+        detail = anon.get("/environments/envkit/beta").json()
+        assert detail["latest_version"] == "1.0.0" and detail["task_count"] == 13 and len(detail["versions"]) == 1
+
+
+def test_download_bundle(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path)
+    with registry.client(registry.token) as c:
+        put(c, bundle)
+    with registry.client() as anon:
+        r = anon.get("/environments/envkit/pyfix/versions/1.0.0/bundle")
+        assert r.status_code == 200 and r.headers["x-envkit-digest"] == bundle.digest
+        assert "sha256:" + hashlib.sha256(r.content).hexdigest() == bundle.digest
+        spec = anon.get("/environments/envkit/pyfix/versions/1.0.0").json()["spec"]
+        assert spec["environment"]["name"] == "envkit/pyfix" and spec["limits"]["network"] == "none"
+
+
+def test_latest_yank_unyank_deprecate(registry, tmp_path):
+    with registry.client(registry.token) as c:
+        for v in ["1.0.0", "1.10.0", "1.2.0", "2.0.0-rc.1"]:
+            assert put(c, make_pyfix_bundle(tmp_path, version=v), version=v).status_code == 201
+        latest = c.get("/environments/envkit/pyfix/versions/latest").json()
+        assert latest["version"] == "2.0.0-rc.1"
+        c.post("/environments/envkit/pyfix/versions/2.0.0-rc.1/yank", json={"reason": "broken verifier"}).raise_for_status()
+        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "1.10.0"
+        yanked = c.get("/environments/envkit/pyfix/versions/2.0.0-rc.1").json()
+        assert yanked["yanked"] and yanked["yank_reason"] == "broken verifier"  # still downloadable by version
+        c.post("/environments/envkit/pyfix/versions/2.0.0-rc.1/unyank").raise_for_status()
+        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "2.0.0-rc.1"
+        dep = c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "envkit/pyfix@1.10.0"}).json()
+        assert dep["deprecated"] and dep["successor"] == "envkit/pyfix@1.10.0"
+        assert_error(c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "nope"}), 422, "invalid")
+        versions = [v["version"] for v in c.get("/environments/envkit/pyfix").json()["versions"]]
+        assert versions == ["2.0.0-rc.1", "1.10.0", "1.2.0", "1.0.0"]
+
+
+def test_authz(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path)
+    with registry.client() as anon:
+        r = put(anon, bundle)
+        assert_error(r, 401, "unauthorized", "Bearer")
+        assert r.headers["www-authenticate"] == "Bearer"
+    with registry.client("ekt_not_a_token") as bad:
+        assert_error(put(bad, bundle), 401, "unauthorized")
+    with registry.client(registry.other_token) as bob:
+        assert_error(put(bob, bundle), 403, "forbidden", "envkit")
+        assert_error(bob.post("/environments/envkit/pyfix/versions/1.0.0/yank", json={"reason": "x"}), 403, "forbidden")
+    with registry.client(registry.token) as alice:
+        created = alice.post("/tokens", json={"name": "ci", "namespaces": ["envkit"]})
+        assert created.status_code == 201
+        new = created.json()
+        assert new["token"].startswith("ekt_") and new["namespaces"] == ["envkit"]
+        assert all("token" not in t for t in alice.get("/tokens").json())  # secrets are shown once
+        assert_error(alice.post("/tokens", json={"namespaces": ["bobs"]}), 403, "forbidden", "bobs")
+        assert_error(alice.post("/tokens", json={"namespaces": ["nobody"]}), 404, "not_found")
+    with registry.client(new["token"]) as ci:
+        assert put(ci, bundle).status_code == 201
+    with registry.client(registry.token) as alice:
+        revoked = alice.delete(f"/tokens/{new['id']}").json()
+        assert revoked["revoked_at"] is not None
+    with registry.client(new["token"]) as ci:
+        assert_error(ci.get("/tokens"), 401, "unauthorized", "revoked")
+
+
+def test_tokens_are_stored_hashed(registry, tmp_path):
+    engine = create_engine(registry.settings.database_url.replace("postgresql://", "postgresql+psycopg://"))
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM tokens")).fetchall()
+    engine.dispose()
+    secret = registry.token.split("_", 2)[2]
+    assert rows and all(secret not in " ".join(str(v) for v in row) for row in rows)
+
+
+def test_health_reports_are_aggregated(registry, tmp_path):
+    with registry.client(registry.token) as c:
+        put(c, make_pyfix_bundle(tmp_path))
+        url = "/environments/envkit/pyfix/versions/1.0.0/health"
+        c.post(url, json={"episodes": 100, "infra_failures": {"sandbox_start": 2}, "model_failures": 10,
+                          "oracle_pass_rate": 1.0, "p50_episode_s": 2.0, "p95_episode_s": 6.0}).raise_for_status()
+    with registry.client(registry.other_token) as bob:  # any valid token may report
+        r = bob.post(url, json={"episodes": 300, "infra_failures": {"sandbox_start": 1, "container_lost": 3},
+                                "model_failures": 30, "oracle_pass_rate": 0.5, "p50_episode_s": 4.0, "p95_episode_s": 10.0})
+        assert r.status_code == 201
+        assert_error(bob.post(url, json={"episodes": 0}), 422, "invalid", "episodes")
+    with registry.client() as anon:
+        h = anon.get("/environments/envkit/pyfix/versions/1.0.0").json()["health"]
+    assert h["reports"] == 2 and h["episodes"] == 400
+    assert h["infra_failures"] == {"sandbox_start": 3, "container_lost": 3} and h["infra_failure_rate"] == 0.015
+    assert h["model_failures"] == 40 and h["model_failure_rate"] == 0.1
+    assert h["oracle_pass_rate"] == 0.625 and h["p50_episode_s"] == 3.5 and h["p95_episode_s"] == 9.0
+
+
+def test_errors_have_one_shape(registry):
+    with registry.client() as anon:
+        assert_error(anon.get("/environments/envkit/nothing"), 404, "not_found", "doesn't exist")
+        assert_error(anon.get("/environments/BAD/x"), 422, "invalid")
+        assert_error(anon.get("/no/such/route"), 404, "not_found")
+        assert_error(anon.get("/environments", params={"page": 0}), 422, "invalid", "page")
+
+
+def test_image_id_claim_is_recorded(registry, tmp_path):
+    bundle = make_pyfix_bundle(tmp_path)
+    with registry.client(registry.token) as c:
+        put(c, bundle)
+        assert c.get("/environments/envkit/pyfix/versions/1.0.0").json()["image_id"] == image_for(bundle)
