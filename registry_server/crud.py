@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from envkit.refs import semver_key
 from registry_server import auth, faults
 from registry_server.bundles import ReceivedBundle
+from registry_server.db import begin_write
 from registry_server.errors import RegistryError
 from registry_server.models import Blob, Environment, HealthReport, Namespace, Token, TokenScope, User, Version, utcnow
 from registry_server.schemas import EnvironmentDetail, EnvironmentPublic, HealthSummary, TokenPublic, VersionDetail, VersionPublic
@@ -67,8 +68,17 @@ def authenticate(session: Session, *, token: str) -> Token | None:
     row = session.scalar(select(Token).where(Token.public_id == public_id))
     if row is None or row.revoked_at is not None or not auth.secret_matches(secret, row.secret_hash):
         return None
-    row.last_used_at = utcnow()
     return row
+
+
+def touch_token(session: Session, *, token: Token, every_s: float = 60) -> None:
+    """Record when a token was last used, at most once a minute (writes are not free)."""
+    now = utcnow()
+    if token.last_used_at is not None and (now - aware(token.last_used_at)).total_seconds() < every_s:
+        return
+    begin_write(session)  # a short write of its own
+    token.last_used_at = now
+    session.commit()
 
 
 def token_namespaces(token: Token) -> list[str]:

@@ -51,5 +51,8 @@ def session_scope(factory: sessionmaker[Session]) -> Iterator[Session]:
 
 
 def begin_write(session: Session) -> None:
-    """Start the session's transaction as a writer (BEGIN IMMEDIATE on SQLite)."""
+    """Start a new transaction as a writer (BEGIN IMMEDIATE on SQLite); a read transaction
+    still open is ended first (its objects stay usable: sessions do not expire on commit)."""
+    if session.in_transaction():
+        session.commit()
     session.connection(execution_options={"sqlite_immediate": True})

@@ -45,7 +45,7 @@ def _current_token(session: SessionDep, creds: Annotated[HTTPAuthorizationCreden
     if token is None:
         raise RegistryError(401, "the API token is not valid (unknown, malformed or revoked)",
                             "create a new token and run `envkit login` again")
-    session.commit()  # last_used_at
+    crud.touch_token(session, token=token)
     return token
 
 
