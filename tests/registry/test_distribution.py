@@ -1,0 +1,99 @@
+"""`envkit login/publish/pull/search` and registry refs in `envkit run`, end to end with a
+real Docker engine and a live registry (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from envkit.spec import load_environment
+
+from ..conftest import PYFIX, ROOT
+from .bundles import put
+
+pytestmark = pytest.mark.docker
+
+
+def envkit(env: dict[str, str], *args: str, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=600, input=stdin)
+
+
+def unique_pyfix(tmp_path: Path, name: str) -> Path:
+    """A pyfix copy under its own name and with its own content (its own image)."""
+    folder = tmp_path / name
+    shutil.copytree(PYFIX, folder, ignore=shutil.ignore_patterns("envkit.lock"))
+    spec = folder / "envkit.toml"
+    spec.write_text(spec.read_text().replace('name = "envkit/pyfix"', f'name = "envkit/{name}"'))
+    (folder / "repo" / "UNIQUE").write_text(uuid.uuid4().hex)
+    return folder
+
+
+def test_login_publish_search_pull_run(registry, cli_env, tmp_path):
+    env = {k: v for k, v in cli_env.items() if k != "ENVKIT_TOKEN"}
+    login = envkit(env, "login", registry.url, "--token", "-", stdin=registry.token + "\n")
+    assert login.returncode == 0, login.stderr
+    assert "as alice" in login.stdout
+    creds = Path(env["XDG_CONFIG_HOME"]) / "envkit" / "credentials.json"
+    assert creds.stat().st_mode & 0o777 == 0o600
+
+    folder = unique_pyfix(tmp_path, "remote-pyfix")
+    pub = envkit(env, "publish", str(folder), "--json")
+    assert pub.returncode == 0, pub.stderr
+    published = json.loads(pub.stdout)
+    assert published["created"] and published["ref"] == "envkit/remote-pyfix@1.0.0"
+    again = json.loads(envkit(env, "publish", str(folder), "--json").stdout)
+    assert again["created"] is False and again["image_id"] == published["image_id"]
+
+    found = json.loads(envkit(env, "search", "remote", "--json").stdout)
+    assert found["count"] == 1 and found["data"][0]["full_name"] == "envkit/remote-pyfix"
+
+    # Pull on a "fresh" machine: remove the local image, then pull rebuilds and verifies it.
+    import docker
+
+    docker.from_env().images.remove(published["image_id"], force=True)
+    pulled = envkit(env, "pull", "envkit/remote-pyfix", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    result = json.loads(pulled.stdout)
+    assert result["image_id"] == published["image_id"] and result["source"] == "rebuilt"
+    assert result["bundle_digest"] == published["bundle_digest"]
+    assert load_environment(result["folder"]).ref == "envkit/remote-pyfix@1.0.0"
+
+    # run/validate accept registry refs: from a folder with no local environments at all.
+    run = envkit(env, "run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["reward"] == 1.0
+
+
+def test_pull_detects_an_image_mismatch(registry, cli_env, tmp_path):
+    from envkit.bundle import make_bundle
+
+    folder = unique_pyfix(tmp_path, "liar")
+    bundle = make_bundle(load_environment(folder))
+    claimed = "sha256:" + "c" * 64
+    with registry.client(registry.token) as c:
+        assert put(c, bundle, name="liar", image=claimed).status_code == 201
+    proc = envkit(cli_env, "pull", "envkit/liar@1.0.0")
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert claimed in proc.stderr and "rebuilt" in proc.stderr and "sha256:" in proc.stderr.replace(claimed, "")
+
+
+def test_pull_unknown_and_unreachable(registry, cli_env, tmp_path):
+    proc = envkit(cli_env, "pull", "envkit/nothing-here")
+    assert proc.returncode == 2 and "doesn't exist" in proc.stderr
+    down = {**cli_env, "ENVKIT_REGISTRY_URL": "http://127.0.0.1:9"}
+    proc = envkit(down, "search")
+    assert proc.returncode == 2 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_publish_without_rights(registry, cli_env, tmp_path):
+    folder = unique_pyfix(tmp_path, "forbidden")
+    proc = envkit({**cli_env, "ENVKIT_TOKEN": registry.other_token}, "publish", str(folder))
+    assert proc.returncode == 2 and "namespace `envkit`" in proc.stderr
