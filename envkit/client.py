@@ -11,6 +11,7 @@ declared seam for faking the network.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 from collections.abc import Iterator
@@ -216,11 +217,12 @@ class EnvironmentCollection:
         r = parse_env_ref(ref) if isinstance(ref, str) else ref
         return EnvironmentVersion(self, self.api.get_version(r.namespace, r.name, r.version or "latest"))
 
-    def list(self, q: str = "", *, kind: str | None = None, page: int = 1, page_size: int = 20) -> tuple[list[dict[str, Any]], int]:
+    def list(self, q: str = "", *, kind: str | None = None, page: int = 1,
+             page_size: int = 20) -> tuple[builtins.list[dict[str, Any]], int]:
         page_data = self.api.list_environments(q=q, kind=kind, page=page, page_size=page_size)
         return page_data["data"], page_data["count"]
 
-    def versions(self, ref: str) -> list[EnvironmentVersion]:
+    def versions(self, ref: str) -> builtins.list[EnvironmentVersion]:
         r = parse_env_ref(ref)
         detail = self.api.get_environment(r.namespace, r.name)
         return [EnvironmentVersion(self, v) for v in detail["versions"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -20,7 +21,7 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(conn, _record):  # type: ignore[no-untyped-def]
+        def _pragmas(conn: Any, _record: Any) -> None:
             conn.isolation_level = None  # let SQLAlchemy's "begin" event below emit BEGIN
             cur = conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
@@ -29,7 +30,7 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         @event.listens_for(engine, "begin")
-        def _begin(conn):  # type: ignore[no-untyped-def]
+        def _begin(conn: Any) -> None:
             # Writers take the write lock up front (BEGIN IMMEDIATE): a deferred transaction
             # that reads and then writes fails at once if another writer committed meanwhile.
             immediate = conn.get_execution_options().get("sqlite_immediate", False)

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 T = TypeVar("T")
+
+# Free text never carries NUL (PostgreSQL refuses it in text columns).
+NO_NUL = r"^[^\x00]*$"
+Text = Annotated[str, Field(pattern=NO_NUL)]
+NamespaceName = Annotated[str, Field(min_length=2, max_length=64, pattern=r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")]
+FailureKind = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9_.:-]+$")]
+Count = Annotated[int, Field(ge=0, le=10_000_000)]
 
 
 class Page(BaseModel, Generic[T]):
@@ -73,16 +80,16 @@ class PublishResult(BaseModel):
 
 
 class YankCreate(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Text = Field(min_length=1, max_length=2000)
 
 
 class DeprecateCreate(BaseModel):
-    successor: str | None = Field(default=None, max_length=200, description="ns/name@version to use instead")
+    successor: Text | None = Field(default=None, max_length=200, description="ns/name@version to use instead")
 
 
 class TokenCreate(BaseModel):
-    name: str = Field(default="", max_length=128)
-    namespaces: list[str] = Field(min_length=1, max_length=100)
+    name: Text = Field(default="", max_length=128)
+    namespaces: list[NamespaceName] = Field(min_length=1, max_length=100)
 
 
 class TokenPublic(BaseModel):
@@ -101,8 +108,8 @@ class TokenCreated(TokenPublic):
 
 class HealthCreate(BaseModel):
     episodes: int = Field(ge=1, le=10_000_000)
-    infra_failures: dict[str, int] = Field(default_factory=dict, max_length=100)
-    model_failures: int = Field(default=0, ge=0)
+    infra_failures: dict[FailureKind, Count] = Field(default_factory=dict, max_length=100)
+    model_failures: Count = 0
     oracle_pass_rate: float | None = Field(default=None, ge=0, le=1)
     p50_episode_s: float | None = Field(default=None, ge=0, le=1e7)
     p95_episode_s: float | None = Field(default=None, ge=0, le=1e7)

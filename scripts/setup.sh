@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up this machine for envkit, idempotently (Debian bookworm, as root):
-#   1. Debian packages: docker.io (when no Docker engine answers) and mmdebstrap
+#   1. Debian packages: docker.io (when no Docker engine answers), mmdebstrap, and for the
+#      registry's tests postgresql, chromium (driven by Playwright) and docker-registry
 #   2. dockerd, started in the background when it does not answer
 #   3. .venv with envkit and its dev tools (re-installed only when pyproject.toml changes)
 #   4. the envkit base image, built locally from Debian packages (reproducible; ~30 s once)
@@ -26,6 +27,9 @@ PY
 missing=()
 if [ -z "${DOCKER_HOST:-}" ] && ! docker_ok && ! command -v dockerd >/dev/null; then missing+=(docker.io); fi
 command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing ${missing[*]}"
   apt-get update -q >/dev/null

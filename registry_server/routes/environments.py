@@ -19,7 +19,7 @@ router = APIRouter(prefix="/environments", tags=["environments"])
 @router.get("", response_model=Page[EnvironmentPublic])
 def list_environments(
     session: SessionDep, settings: SettingsDep,
-    q: Annotated[str, Query(max_length=200, description="search in namespace, name and description")] = "",
+    q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$", description="search in namespace, name and description")] = "",
     kind: Annotated[Literal["repo", "api", "website"] | None, Query()] = None,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 20,

@@ -29,7 +29,7 @@ def list_tokens(session: SessionDep, token: CurrentToken) -> list[TokenPublic]:
 
 @router.delete("/{token_id}", response_model=TokenPublic)
 def revoke_token(session: SessionDep, token: CurrentToken,
-                 token_id: Annotated[str, Path(min_length=1, max_length=32)]) -> TokenPublic:
+                 token_id: Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]) -> TokenPublic:
     row = crud.revoke_token(session, user=token.user, public_id=token_id)
     session.commit()
     return crud.token_public(row)

@@ -23,16 +23,16 @@ DIGEST = r"^sha256:[0-9a-f]{64}$"
 @router.put(
     "/{namespace}/{name}/versions/{version}", response_model=PublishResult, status_code=201,
     responses={200: {"model": PublishResult, "description": "identical re-publish (idempotent)"}, 409: {}, 413: {}},
-    openapi_extra={"requestBody": {"required": True, "content": {
-        "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
-        "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}},
+    openapi_extra={"requestBody": {"required": True, "description": "the bundle tar from `envkit build`, optionally gzipped "
+                                   "(detected by its magic bytes, whatever the Content-Type)",
+                                   "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
 )
 async def publish_version(
     request: Request, response: Response, session: SessionDep, settings: SettingsDep, store: StoreDep,
     token: CurrentToken, namespace: Namespace, name: Name, version: VersionParam,
     bundle_digest: Annotated[str, Query(pattern=DIGEST, description="sha256 of the uncompressed bundle")],
     image_id: Annotated[str, Query(pattern=DIGEST, description="the image ID `envkit build` gave")],
-    base_image: Annotated[str, Query(max_length=200)] = "",
+    base_image: Annotated[str, Query(max_length=200, pattern=r"^[^\s\x00]*$")] = "",
     oci_ref: Annotated[str | None, Query(max_length=300, pattern=r"^[^\s@]+@sha256:[0-9a-f]{64}$")] = None,
 ) -> PublishResult:
     """Upload a bundle (the body: tar, optionally gzipped) as a new immutable version. The

@@ -21,7 +21,7 @@ PAGE_SIZE = 25
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, session: SessionDep, q: Annotated[str, Query(max_length=200)] = "",
+def index(request: Request, session: SessionDep, q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$")] = "",
           page: Annotated[int, Query(ge=1, le=100_000)] = 1) -> HTMLResponse:
     rows, count = crud.list_environments(session, q=q, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     envs = [crud.environment_public(e) for e in rows]
