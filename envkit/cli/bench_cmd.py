@@ -42,3 +42,29 @@ def sandbox(
         failed = any(r.passed is False for r in rows)
     if failed:
         raise typer.Exit(1)
+
+
+@bench_app.command("registry")
+def registry(
+    envs: int = typer.Option(50, "--envs", min=1, max=10000, help="Environments seeded before the GETs."),
+    requests: int = typer.Option(2000, "--requests", min=10, max=1_000_000, help="Metadata GETs in all."),
+    concurrency: int = typer.Option(16, "--concurrency", min=1, max=512, help="GETs in flight."),
+    bundle_mb: int = typer.Option(50, "--bundle-mb", min=1, max=400, help="Size of the published/pulled bundle."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Metadata GET latency and throughput, publish and pull time: SQLite and PostgreSQL side by side."""
+    from registry_server.bench import bench_registry
+
+    note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    rows, context = bench_registry(envs=envs, requests=requests, concurrency=concurrency, bundle_mb=bundle_mb, note=note)
+    if as_json:
+        print_json({"rows": [r.to_dict() for r in rows], **context})
+        return
+    table = Table(title=f"envkit bench registry  ({requests} GETs at concurrency {concurrency}, {envs} envs, "
+                        f"{bundle_mb} MB bundle, {context['cpus']} CPUs)")
+    for col in ("database", "GET p50", "GET p99", "GET req/s", "errors", f"publish {bundle_mb} MB", f"pull {bundle_mb} MB"):
+        table.add_column(col, justify="left" if col == "database" else "right", no_wrap=True)
+    for r in rows:
+        table.add_row(r.database, f"{r.get_p50_ms:.1f} ms", f"{r.get_p99_ms:.1f} ms", f"{r.get_rps:.0f}", str(r.get_errors),
+                      f"{r.publish_s:.2f} s", f"{r.pull_s:.2f} s")
+    console.print(table)

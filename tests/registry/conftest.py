@@ -4,15 +4,10 @@ folder) and SQLite; a live registry served by uvicorn on loopback for each test.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
-import shutil
 import socket
-import subprocess
-import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,56 +18,24 @@ import uvicorn
 
 from registry_server import admin
 from registry_server.app import create_app
+from registry_server.pgtemp import create_database, free_port, pg_bindir, temporary_postgres
 from registry_server.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _pg_bin() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
-    if not found:
-        pytest.fail("PostgreSQL is not installed: run scripts/setup.sh (it installs Debian's postgresql)")
-    return Path(found[-1]).parent
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[str]:
-    """A PostgreSQL server of our own on 127.0.0.1, run as the `postgres` user."""
-    bindir = _pg_bin()
-    data = Path(tempfile.mkdtemp(prefix="envkit-pg-"))
-    shutil.chown(data, "postgres", "postgres")
-    port = free_port()
-    as_pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_pg, str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-w", "-l", str(data / "log"), "-o",
-                    f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", "start"],
-                   check=True, capture_output=True)
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}"
-    finally:
-        subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"], capture_output=True)
-        shutil.rmtree(data, ignore_errors=True)
-
-
-def new_pg_database(server: str) -> str:
-    import psycopg
-
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(f"{server}/postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{server}/{name}"
+    """A PostgreSQL server of our own on 127.0.0.1 (Debian's binaries, run as `postgres`)."""
+    if pg_bindir() is None:
+        pytest.fail("PostgreSQL is not installed: run scripts/setup.sh (it installs Debian's postgresql)")
+    with temporary_postgres() as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/registry.db"
-    return new_pg_database(request.getfixturevalue("postgres"))
+    return create_database(request.getfixturevalue("postgres"))
 
 
 @dataclass
