@@ -32,7 +32,7 @@ import httpx
 from envkit.bundle import Bundle, make_bundle
 from envkit.spec import load_environment
 from registry_server import admin
-from registry_server.pgtemp import free_port, create_database, pg_bindir, temporary_postgres
+from registry_server.pgtemp import create_database, free_port, pg_bindir, temporary_postgres
 from registry_server.settings import Settings
 
 __all__ = ["RegistryBenchRow", "bench_registry"]
