@@ -70,6 +70,13 @@ def parse_agent(text: str) -> Agent:
 
 def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None = None) -> EpisodeResult:
     """Run one episode. Infra and verifier failures come back as results, never raise."""
+    t0 = time.monotonic()
+    result = _run_episode(runtime, task, seed, agent, sandbox)
+    result.timings["episode_s"] = round(time.monotonic() - t0, 4)
+    return result
+
+
+def _run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None) -> EpisodeResult:
     own = sandbox is None
     t0 = time.monotonic()
     episode: Episode | None = None

@@ -27,6 +27,7 @@ class TaskCheck:
     null_outcome: str
     seconds: float
     problems: list[str] = field(default_factory=list)
+    episode_seconds: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -44,6 +45,25 @@ class ValidationReport:
     @property
     def ok(self) -> bool:
         return all(t.ok for t in self.tasks) and bool(self.determinism.get("ok"))
+
+    def health_figures(self) -> dict[str, Any]:
+        """This run's figures in the registry's health-report shape."""
+        from envkit.bench import percentile
+
+        outcomes = [o for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
+        infra: dict[str, int] = {}
+        for o in outcomes:
+            if o.startswith(("infra_failure:", "verifier_failure:")):
+                infra[o.split(":", 1)[1]] = infra.get(o.split(":", 1)[1], 0) + 1
+        times = [s for t in self.tasks for s in t.episode_seconds if s > 0]
+        return {
+            "episodes": len(outcomes),
+            "infra_failures": infra,
+            "model_failures": sum(o.startswith("model_failure:") for o in outcomes),
+            "oracle_pass_rate": round(sum(t.oracle_reward == 1.0 for t in self.tasks) / len(self.tasks), 4) if self.tasks else None,
+            "p50_episode_s": round(percentile(times, 50), 3) if times else None,
+            "p95_episode_s": round(percentile(times, 95), 3) if times else None,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,7 +89,8 @@ def _check_task(runtime: EnvRuntime, task: Task, seed: int) -> TaskCheck:
     if null.outcome != "ok" or null.reward != 0.0:
         problems.append(f"null: reward {null.reward} ({null.outcome}) {null.evidence.get('message', '')}".strip())
     return TaskCheck(task.id, task.difficulty, oracle.reward, oracle.outcome, null.reward, null.outcome,
-                     round(time.monotonic() - t0, 3), problems)
+                     round(time.monotonic() - t0, 3), problems,
+                     [oracle.timings.get("episode_s", 0.0), null.timings.get("episode_s", 0.0)])
 
 
 def _determinism(runtime: EnvRuntime, seed: int) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from rich.table import Table
 from envkit.agents import parse_agent, run_episode
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
+from envkit.client import Registry
 from envkit.runtime import EnvRuntime, EpisodeResult
 from envkit.validate import validate as run_validation
 
@@ -69,11 +70,13 @@ def register(app: typer.Typer) -> None:
         env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
         seed: int = typer.Option(0, "--seed", help="Reset seed for every episode."),
         jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
+        send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Oracle must reach 1.0 and null stay 0.0 on every task; resets must be deterministic."""
         loaded = resolve_environment(env)
         runtime = EnvRuntime(loaded)
+        registry = Registry() if send_report else None  # fail early when no registry is configured
         if as_json:
             report = run_validation(runtime, seed=seed, jobs=jobs)
             print_json(report.to_dict())
@@ -95,5 +98,11 @@ def register(app: typer.Typer) -> None:
                           f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
             n_ok = sum(t.ok for t in report.tasks)
             console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")
+        if registry is not None:
+            ns, name = loaded.spec.environment.name.split("/")
+            with registry:
+                summary = registry.api.report_health(ns, name, loaded.spec.environment.version, report.health_figures())
+            if not as_json:
+                console.print(f"reported to {registry.url}: {summary['episodes']} episodes over {summary['reports']} report(s)")
         if not report.ok:
             raise typer.Exit(1)

@@ -97,3 +97,16 @@ def test_publish_without_rights(registry, cli_env, tmp_path):
     folder = unique_pyfix(tmp_path, "forbidden")
     proc = envkit({**cli_env, "ENVKIT_TOKEN": registry.other_token}, "publish", str(folder))
     assert proc.returncode == 2 and "namespace `envkit`" in proc.stderr
+
+
+def test_validate_reports_health_to_the_registry(registry, cli_env, tmp_path):
+    folder = unique_pyfix(tmp_path, "reported")
+    assert envkit(cli_env, "publish", str(folder)).returncode == 0
+    proc = envkit(cli_env, "validate", "envkit/reported@1.0.0", "--report", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "reported to" in proc.stdout
+    with registry.client() as anon:
+        health = anon.get("/environments/envkit/reported/versions/1.0.0").json()["health"]
+    assert health["reports"] == 1 and health["episodes"] == 26
+    assert health["oracle_pass_rate"] == 1.0 and health["infra_failures"] == {} and health["model_failures"] == 0
+    assert 0 < health["p50_episode_s"] <= health["p95_episode_s"]
