@@ -18,6 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PYFIX = ROOT / "environments" / "pyfix"
 
 
+@pytest.fixture(autouse=True)
+def _isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test (nor the envkit processes it starts) sees the machine user's registry login."""
+    home = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.delenv("ENVKIT_REGISTRY_URL", raising=False)
+    monkeypatch.delenv("ENVKIT_TOKEN", raising=False)
+    monkeypatch.delenv("ENVKIT_PATH", raising=False)
+
+
 @pytest.fixture
 def pyfix_copy(tmp_path: Path) -> Path:
     """A private copy of the bundled pyfix environment, safe to modify."""

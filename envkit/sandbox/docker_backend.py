@@ -161,13 +161,21 @@ class DockerSandbox:
     def _infra(self, err: BaseException, what: str) -> InfraFailure:
         """Classify an SDK error: the container gone, or the engine/transport failing."""
         detail = f"{type(err).__name__}: {str(err)[:300]}"
-        try:
-            self.container.reload()
-            running = self.container.status == "running"
-        except docker.errors.NotFound:
-            return InfraFailure("container_lost", f"the sandbox container vanished during {what}", container=self.id, error=detail)
-        except Exception:  # noqa: BLE001 - the engine itself is failing; say so below
-            running = None
+        running: bool | None = None
+        # A killed container takes a moment to show as exited: look for up to ~1 s.
+        for _ in range(10):
+            try:
+                self.container.reload()
+                running = self.container.status == "running"
+            except docker.errors.NotFound:
+                return InfraFailure("container_lost", f"the sandbox container vanished during {what}",
+                                    container=self.id, error=detail)
+            except Exception:  # noqa: BLE001 - the engine itself is failing; say so below
+                running = None
+                break
+            if not running:
+                break
+            time.sleep(0.1)
         if running is False:
             return InfraFailure("container_lost", f"the sandbox container stopped during {what}",
                                 container=self.id, status=self.container.status, error=detail)
@@ -224,8 +232,9 @@ class DockerSandbox:
             trailer = len(stderr) - max(idx - 1, 0)
             stderr = stderr[: max(idx - 1, 0)]
         elif not backstop:
-            raise InfraFailure("exec_transport", "the command's status line never arrived", container=self.id,
-                               stderr_tail=stderr[-500:].decode(errors="replace"))
+            # The wrapper died without its status line: the container went away, or the exec broke.
+            raise self._infra(ConnectionError("the command's status line never arrived: "
+                                              + stderr[-300:].decode(errors="replace")), "exec")
         timed_out = backstop or rc == 124 or (rc == 137 and duration >= timeout)
         return ExecResult(
             exit_code=124 if backstop else rc, stdout=out.value().decode(errors="replace"),
@@ -277,7 +286,9 @@ class DockerSandbox:
                 self._helper(["killall"], user=user, timeout=10)
                 self.restore_limits()
                 return
-            except InfraFailure:
+            except InfraFailure as e:
+                if e.kind == "container_lost":
+                    raise
                 if attempt == 0:
                     self._raise_pids_limit_briefly()
         raise InfraFailure("container_stuck", f"could not stop the {user}'s processes", container=self.id)

@@ -170,3 +170,22 @@ def test_scaffold_builds_and_validates(tmp_path):
     proc = envkit("validate", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: 2/2 tasks" in proc.stdout
+
+
+def test_container_killed_during_a_command_is_infra(pyfix_runtime, client):
+    import threading
+
+    class KillMidCommand:
+        name = "kill-mid-command"
+
+        def act(self, episode):
+            timer = threading.Timer(1.0, lambda: client.containers.get(episode.sandbox.id).kill())
+            timer.start()
+            try:
+                episode.step("sleep 20")
+            finally:
+                timer.cancel()
+
+    result = run_episode(pyfix_runtime, pyfix_runtime.env.task("fix-median"), 0, KillMidCommand())
+    assert result.outcome == "infra_failure:container_lost", result
+    assert result.reward is None
