@@ -9,9 +9,10 @@ Model-driven agents (vLLM) live in ``rl_runner``; they drive the same :class:`Ep
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from envkit.errors import InfraFailure, ModelFailure, UserError, VerifierFailure
 from envkit.runtime import EnvRuntime, Episode, EpisodeResult
@@ -38,12 +39,33 @@ class NullAgent:
 
 
 class OracleAgent:
+    """Runs the task's reference solution: a shell script (run as the agent in the
+    workspace) or, for service environments, a JSON list of tool actions replayed through
+    the same tools an agent has: {"actions": [{"tool": "http", "method", "path", "body"},
+    {"tool": "answer", "text"}]}."""
+
     name = "oracle"
 
     def act(self, episode: Episode) -> None:
-        script = (episode.runtime.env.root / episode.task.oracle).read_bytes()
-        episode.sandbox.put_file(ORACLE_PATH, script, mode=0o755)
+        path = episode.runtime.env.root / episode.task.oracle
+        if path.suffix == ".json":
+            for action in json.loads(path.read_text())["actions"]:
+                replay(episode, action)
+            return
+        episode.sandbox.put_file(ORACLE_PATH, path.read_bytes(), mode=0o755)
         episode.step(f"bash {ORACLE_PATH}")
+
+
+def replay(episode: Episode, action: dict[str, Any]) -> None:
+    tool = action.get("tool")
+    if tool == "http":
+        episode.http(action["method"], action["path"], action.get("body"))
+    elif tool == "answer":
+        episode.answer(action["text"])
+    elif tool == "bash":
+        episode.step(action["command"])
+    else:
+        raise UserError(f"oracle action with unknown tool {tool!r}", "use http, answer or bash")
 
 
 @dataclass

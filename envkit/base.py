@@ -31,6 +31,7 @@ from envkit.errors import BaseImageMissingError, BuildError
 
 __all__ = [
     "AGENT_UID",
+    "SERVICE_UID",
     "BASE_REPO",
     "BaseImage",
     "RECIPE",
@@ -45,6 +46,7 @@ __all__ = [
 BASE_REPO = "envkit/base"
 AGENT_UID = 1000
 VERIFIER_UID = 1001
+SERVICE_UID = 1002  # primary group: the verifier's, so graders can read service data (mode 0640)
 EPOCH = 1700000000  # SOURCE_DATE_EPOCH for the rootfs; image configs use 1970-01-01.
 CREATED = "1970-01-01T00:00:00Z"
 LABEL_RECIPE = "org.envkit.base.recipe"
@@ -53,9 +55,9 @@ LABEL_RECIPE = "org.envkit.base.recipe"
 _HOOK = r"""
 set -e
 r="$1"
-printf 'agent:x:1000:1000:envkit agent:/home/agent:/bin/bash\nverifier:x:1001:1001:envkit verifier:/home/verifier:/bin/bash\n' >> "$r/etc/passwd"
+printf 'agent:x:1000:1000:envkit agent:/home/agent:/bin/bash\nverifier:x:1001:1001:envkit verifier:/home/verifier:/bin/bash\nservice:x:1002:1001:envkit service:/nonexistent:/usr/sbin/nologin\n' >> "$r/etc/passwd"
 printf 'agent:x:1000:\nverifier:x:1001:\n' >> "$r/etc/group"
-printf 'agent:!*::::::\nverifier:!*::::::\n' >> "$r/etc/shadow"
+printf 'agent:!*::::::\nverifier:!*::::::\nservice:!*::::::\n' >> "$r/etc/shadow"
 printf 'agent:!::\nverifier:!::\n' >> "$r/etc/gshadow"
 install -d -o 1000 -g 1000 -m 0755 "$r/home/agent" "$r/workspace"
 install -d -o 1001 -g 1001 -m 0700 "$r/home/verifier"

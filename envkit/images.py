@@ -10,6 +10,7 @@ Layout inside the image::
     /env/        the whole bundle, owned by the verifier user (uid 1001), mode 0700:
                  tasks, oracles and hidden tests are invisible to the agent (uid 1000)
     /seed/repo/  the repository's files (world-readable): reset copies them to /workspace
+    /seed/app/   the service's files; /seed/service.json how to run it; /seed/db/fixture.sql
     /opt/envkit/ the in-sandbox helpers (exec wrapper, reset/state-hash helper)
 """
 
@@ -39,7 +40,7 @@ __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build", "build_from_bu
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
-HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py")
+HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py")
 
 
 @dataclass(frozen=True)
@@ -84,11 +85,25 @@ def _layer(bundle: Bundle, spec: EnvSpec) -> bytes:
         put(BundleEntry(d, "dir", 0o755), 0)
     for path, data, mode in _helper_files():
         put(BundleEntry(path, "file", mode, data), 0)
-    if spec.state.repo is not None:
-        prefix = spec.state.repo.path.rstrip("/") + "/"
+    def publish_folder(src: str, dest: str) -> None:
+        prefix = src.rstrip("/") + "/"
+        put(BundleEntry(dest, "dir", 0o755), 0)
         for e in bundle.entries:
             if e.path.startswith(prefix):
-                put(BundleEntry("seed/repo/" + e.path[len(prefix):], e.kind, e.mode, e.data, e.target), 0)
+                put(BundleEntry(f"{dest}/{e.path[len(prefix):]}", e.kind, e.mode, e.data, e.target), 0)
+
+    state = spec.state
+    if state.repo is not None:
+        publish_folder(state.repo.path, "seed/repo")
+    if state.service is not None:
+        publish_folder(state.service.path, "seed/app")
+        conf = {"command": state.service.command, "port": state.service.port, "health": state.service.health,
+                "startup_timeout_s": state.service.startup_timeout_s, "database": state.database is not None,
+                "restart_on_reset": False}
+        put(BundleEntry("seed/service.json", "file", 0o644, json.dumps(conf, sort_keys=True).encode()), 0)
+    if state.database is not None:
+        put(BundleEntry("seed/db", "dir", 0o755), 0)
+        put(BundleEntry("seed/db/fixture.sql", "file", 0o644, bundle.file(state.database.fixture)), 0)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(items):

@@ -65,8 +65,10 @@ class EnvRuntime:
         self.env = env
         self.build = build_result or build(env, client=client)
         self.limits = SandboxLimits.from_spec(env.spec.limits)
+        state = env.spec.state
         self.backend = DockerBackend(self.build.image_id, self.limits, client=client,
-                                     labels={"org.envkit.env": env.ref})
+                                     labels={"org.envkit.env": env.ref},
+                                     has_repo=state.repo is not None, has_service=state.service is not None)
         self._first_hash: dict[int, str] = {}
         self._lock = threading.Lock()
 
@@ -97,6 +99,7 @@ class Episode:
         self.model_failure: ModelFailure | None = None  # ended the episode
         self.limit_failure: ModelFailure | None = None  # a command hit a limit; the episode went on
         self.reset_result: ResetResult | None = None
+        self.answer_text: str | None = None
         self.timings: dict[str, float] = {}
         self._started = 0.0
 
@@ -136,6 +139,27 @@ class Episode:
                                            command=command[:500], exit_code=result.exit_code)
         return result
 
+    def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """The `http` tool: one request to the environment's service (JSON in and out)."""
+        if "http" not in self.spec.tools.enabled:
+            raise ModelFailure("tool_not_enabled", "this environment does not offer the http tool")
+        if self.elapsed() > self.spec.limits.episode_timeout_s:
+            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            raise self.model_failure
+        t0 = time.monotonic()
+        result = self.sandbox.http(method, path, body)  # type: ignore[attr-defined]
+        duration = round(time.monotonic() - t0, 4)
+        label = f"http {method.upper()} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
+        self.steps.append(StepRecord(label, int(result.get("status", 0)), str(result.get("body", "")),
+                                     str(result.get("error", "")), duration, None))
+        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + duration, 4)
+        return result
+
+    def answer(self, text: str) -> None:
+        """The `answer` tool: the agent's final answer to a question task (capped at 4 KiB)."""
+        self.answer_text = str(text)[:4096]
+        self.steps.append(StepRecord(f"answer {self.answer_text[:200]}", 0, "", "", 0.0, None))
+
     def verify(self) -> VerifyResult:
         t0 = time.monotonic()
         self.sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
@@ -145,6 +169,8 @@ class Episode:
             "ENVKIT_SEED": str(self.seed),
             "ENVKIT_WORKSPACE": "/workspace",
         }
+        if self.answer_text is not None:
+            env["ENVKIT_ANSWER"] = self.answer_text
         vspec = self.spec.verifier
         res = self.sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
         duration = round(time.monotonic() - t0, 4)

@@ -40,7 +40,7 @@ class _Strict(BaseModel):
 class EnvironmentSection(_Strict):
     name: str
     version: str
-    kind: Literal["repo"]
+    kind: Literal["repo", "api", "website"]
     description: str = ""
 
     @field_validator("name")
@@ -112,8 +112,39 @@ class RepoState(_Strict):
         return v
 
 
+class ServiceState(_Strict):
+    """A service the environment runs inside the sandbox (as the `service` user)."""
+
+    path: RelPath  # folder with the service's files, copied to /seed/app
+    command: str = Field(min_length=1)  # run in /seed/app, e.g. "python3 server.py"
+    port: int = Field(ge=1024, le=65535)  # it listens on 127.0.0.1:port inside the sandbox
+    health: str = Field(default="/health", pattern=r"^/")
+    startup_timeout_s: float = Field(default=20, gt=0, le=300)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _relative_path(v.rstrip("/"))
+
+
+class DatabaseState(_Strict):
+    """A SQLite database restored from a SQL fixture at every reset; the service finds it
+    at $ENVKIT_DB."""
+
+    fixture: RelPath
+
+    @field_validator("fixture")
+    @classmethod
+    def _fixture(cls, v: str) -> str:
+        if not v.endswith(".sql"):
+            raise ValueError(f"`{v}` is not a .sql file")
+        return _relative_path(v)
+
+
 class StateSection(_Strict):
     repo: RepoState | None = None
+    service: ServiceState | None = None
+    database: DatabaseState | None = None
 
 
 class TasksSection(_Strict):
@@ -136,7 +167,7 @@ class LimitsSection(_Strict):
     network: Literal["none", "bridge"] = "none"
 
 
-ToolName = Literal["bash", "edit_file"]
+ToolName = Literal["bash", "edit_file", "http", "browser"]
 
 
 def _default_tools() -> list[ToolName]:
@@ -188,7 +219,7 @@ _FIXES: dict[str, str] = {
     "environment": 'add an [environment] table with name = "ns/name", version = "1.0.0", kind = "repo"',
     "environment.name": 'write it as namespace/name in lowercase, e.g. name = "envkit/pyfix"',
     "environment.version": 'use a semantic version, e.g. version = "1.0.0"',
-    "environment.kind": 'this envkit builds kind = "repo" environments',
+    "environment.kind": 'use kind = "repo", "api" or "website"',
     "image.base": f'use base = "{BASE_IMAGE_NAME}" or pin it: base = "{BASE_IMAGE_NAME}@sha256:<64 hex>"',
     "image.files": "list paths relative to the environment folder, e.g. files = [\"repo\", \"verify\"]",
     "state.repo.path": "name the folder that holds the repository, relative to envkit.toml",
@@ -196,7 +227,9 @@ _FIXES: dict[str, str] = {
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
     "limits.network": 'use network = "none" (default) or "bridge"',
-    "tools.enabled": 'choose among "bash" and "edit_file"',
+    "tools.enabled": 'choose among "bash", "edit_file", "http" and "browser"',
+    "state.service.port": "use a port from 1024 to 65535 that the service listens on (127.0.0.1 inside the sandbox)",
+    "state.database.fixture": "give the .sql file that creates and fills the database, relative to envkit.toml",
     "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
     "oracle": "give the path of the task's oracle script, relative to envkit.toml",
 }
@@ -264,8 +297,13 @@ class LoadedEnvironment:
         """Relative paths the source bundle holds (folders expand to their files)."""
         paths = {SPEC_FILE, self.spec.tasks.file}
         paths.update(p.rstrip("/") for p in self.spec.image.files)
-        if self.spec.state.repo is not None:
-            paths.add(self.spec.state.repo.path)
+        state = self.spec.state
+        if state.repo is not None:
+            paths.add(state.repo.path)
+        if state.service is not None:
+            paths.add(state.service.path)
+        if state.database is not None:
+            paths.add(state.database.fixture)
         return sorted(paths)
 
     def task(self, task_id: str) -> Task:
@@ -336,6 +374,27 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
         elif spec.environment.kind == "repo":
             problems.append(Problem("state.repo", "a repo environment needs a repository",
                                     'add [state] repo = { path = "repo" }'))
+        service, database = spec.state.service, spec.state.database
+        if spec.environment.kind in ("api", "website") and service is None:
+            problems.append(Problem("state.service", f"an {spec.environment.kind} environment needs a service",
+                                    'add [state] service = { path = "app", command = "python3 server.py", port = 8080 }'))
+        if service is not None and not (root / service.path).is_dir():
+            problems.append(Problem("state.service.path", f"`{service.path}` is not a folder in {root}",
+                                    "create the folder that holds the service's files"))
+        if database is not None:
+            if service is None:
+                problems.append(Problem("state.database", "a database needs a service to serve it",
+                                        "add [state] service = {…}, or remove [state] database"))
+            if not (root / database.fixture).is_file():
+                problems.append(Problem("state.database.fixture", f"`{database.fixture}` does not exist in {root}",
+                                        "create the SQL fixture or fix the path"))
+        tools = set(spec.tools.enabled)
+        if tools & {"http", "browser"} and service is None:
+            problems.append(Problem("tools.enabled", "the http and browser tools need a service",
+                                    "add [state] service = {…}, or remove them from the list"))
+        if tools & {"bash", "edit_file"} and spec.state.repo is None:
+            problems.append(Problem("tools.enabled", "bash and edit_file work in a repository",
+                                    'add [state] repo = {…}, or use tools.enabled = ["http"] / ["browser"]'))
         tasks_path = root / spec.tasks.file
         if not tasks_path.is_file():
             problems.append(Problem("tasks.file", f"`{spec.tasks.file}` does not exist in {root}",

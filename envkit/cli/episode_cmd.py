@@ -28,7 +28,8 @@ def _print_trace(result: EpisodeResult) -> None:
     console.print(f"  image {result.image_id}\n  state {result.state_hash or '-'}")
     for step in result.steps:
         flag = f", {step.limit_hit}" if step.limit_hit else ""
-        console.print(f"[cyan]$ {step.command}[/]   [dim](exit {step.exit_code}, {step.duration_s:.2f} s{flag})[/]",
+        code = f"HTTP {step.exit_code}" if step.command.startswith("http ") else f"exit {step.exit_code}"
+        console.print(f"[cyan]$ {step.command}[/]   [dim]({code}, {step.duration_s:.2f} s{flag})[/]",
                       markup=True, soft_wrap=True)
         for text in (step.stdout, step.stderr):
             if text.strip():

@@ -43,6 +43,7 @@ Not covered:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import secrets
 import select
@@ -53,7 +54,7 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import AGENT_UID, VERIFIER_UID
+from envkit.base import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import InfraFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
@@ -61,7 +62,9 @@ from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimi
 __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL"]
 
 SANDBOX_LABEL = "org.envkit.sandbox"
-_USERS = {AGENT: f"{AGENT_UID}:{AGENT_UID}", VERIFIER: f"{VERIFIER_UID}:{VERIFIER_UID}", "root": "0:0"}
+SERVICE = "service"
+_USERS = {AGENT: f"{AGENT_UID}:{AGENT_UID}", VERIFIER: f"{VERIFIER_UID}:{VERIFIER_UID}",
+          SERVICE: f"{SERVICE_UID}:{VERIFIER_UID}", "root": "0:0"}
 _BACKSTOP_S = 5.0
 _HELPER = "/opt/envkit/helper.py"
 _EXEC = "/opt/envkit/exec.sh"
@@ -148,6 +151,8 @@ class DockerSandbox:
     image: str
     created_s: float = 0.0
     last_reset: ResetResult | None = field(default=None, repr=False)
+    has_repo: bool = True
+    has_service: bool = False
 
     @property
     def id(self) -> str:
@@ -269,15 +274,52 @@ class DockerSandbox:
         return out.value()
 
     def reset(self, seed: int) -> ResetResult:
+        """Restore the seeded state: the repository (as the agent) and the service's
+        database (as the service user, which also (re)starts the service and waits for its
+        health check). The state hash covers both."""
         t0 = time.monotonic()
-        data = self._helper(["reset", str(int(seed))], user=AGENT)
-        result = ResetResult(state_hash=data["state_hash"], commit=data.get("commit", ""), seed=int(seed),
-                             seconds=round(time.monotonic() - t0, 4))
+        parts, commit, extra = [], "", {}
+        if self.has_repo:
+            data = self._helper(["reset", str(int(seed))], user=AGENT)
+            parts.append(data["state_hash"])
+            commit = data.get("commit", "")
+        if self.has_service:
+            data = self._service_call(["service-reset", str(int(seed))])
+            parts.append(data["state_hash"])
+            extra["service_hash"] = data["state_hash"]
+        state_hash = parts[0] if len(parts) == 1 else "sha256:" + hashlib.sha256("|".join(parts).encode()).hexdigest()
+        result = ResetResult(state_hash=state_hash, commit=commit, seed=int(seed),
+                             seconds=round(time.monotonic() - t0, 4), extra=extra)
         self.last_reset = result
         return result
 
+    def _service_call(self, args: list[str]) -> dict[str, Any]:
+        data = self._helper(args, user=SERVICE, timeout=120)
+        if "error" in data:
+            raise InfraFailure(data["error"], data.get("message", "the service failed"), container=self.id,
+                               log_tail=data.get("log_tail", ""))
+        return data
+
     def state_hash(self) -> str:
-        return str(self._helper(["hash"], user=AGENT)["state_hash"])
+        parts = []
+        if self.has_repo:
+            parts.append(str(self._helper(["hash"], user=AGENT)["state_hash"]))
+        if self.has_service:
+            parts.append(str(self._service_call(["service-hash"])["state_hash"]))
+        return parts[0] if len(parts) == 1 else "sha256:" + hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+    def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One request to the environment's service, made from inside the sandbox as the agent."""
+        payload = json.dumps(body).encode() if body is not None else b""
+        return self._helper(["http", method.upper(), path], user=AGENT, stdin=payload, timeout=60)
+
+    def open_relay(self) -> Any:
+        """A hijacked exec socket piped to the service's port inside the sandbox (see forward.py)."""
+        try:
+            ex = self._api.exec_create(self.id, ["python3", _HELPER, "relay"], stdin=True, user=_USERS[AGENT])
+            return self._api.exec_start(ex["Id"], socket=True)
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+            raise self._infra(e, "relay start") from None
 
     def kill_processes(self, user: str = AGENT) -> None:
         """Kill every process of ``user``. Works even when the pids limit is exhausted."""
@@ -330,8 +372,11 @@ class DockerBackend:
     """Creates sandboxes of one image with one set of limits."""
 
     def __init__(self, image: str, limits: SandboxLimits, *, client: Any | None = None,
-                 labels: dict[str, str] | None = None, runtime: str | None = None) -> None:
+                 labels: dict[str, str] | None = None, runtime: str | None = None,
+                 has_repo: bool = True, has_service: bool = False) -> None:
         self.client = client or connect()
+        self.has_repo = has_repo
+        self.has_service = has_service
         self.image = image
         self.limits = limits
         self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
@@ -347,6 +392,7 @@ class DockerBackend:
                 "/workspace": f"size={lim.disk_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
                 "/tmp": f"size={max(lim.disk_mb // 4, 16)}m,mode=1777,exec",
                 "/home/agent": f"size=64m,uid={AGENT_UID},gid={AGENT_UID},mode=0755",
+                "/var/lib/envkit": f"size={max(lim.disk_mb // 2, 16)}m,uid={SERVICE_UID},gid={VERIFIER_UID},mode=0750",
             },
             shm_size="16m", network_mode="none" if lim.network == "none" else "bridge",
             cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=lim.pids,
@@ -373,7 +419,8 @@ class DockerBackend:
             raise InfraFailure("sandbox_start", "the sandbox container did not start",
                                error=f"{type(e).__name__}: {str(e)[:300]}") from None
         return DockerSandbox(container=container, limits=self.limits, image=self.image,
-                             created_s=round(time.monotonic() - t0, 4))
+                             created_s=round(time.monotonic() - t0, 4), has_repo=self.has_repo,
+                             has_service=self.has_service)
 
     def cleanup(self) -> int:
         """Remove every sandbox this backend's labels match (e.g. after a crash)."""

@@ -6,16 +6,27 @@
     helper.py hash          print {"state_hash", "commit"} for the workspace as it is
     helper.py killall       kill every process of the calling user
     helper.py write PATH MODE   write stdin to PATH (atomically) with MODE (octal)
+    helper.py service-reset SEED   as the service user: restore the database from its fixture,
+                            start the service if it is not running, wait for its health check,
+                            print {"state_hash"} (or {"error", "log_tail"} and exit 3)
+    helper.py service-hash  the service state's hash as it is now
+    helper.py http METHOD PATH  a request to the service (JSON body on stdin), printed as JSON
+    helper.py relay         pipe stdin/stdout to the service's TCP port (the host's port forward)
 """
 
 import hashlib
+import http.client
 import json
 import os
 import shutil
 import signal
+import socket
+import sqlite3
 import stat
 import subprocess
 import sys
+import threading
+import time
 
 WORKSPACE = "/workspace"
 SEED_REPO = "/seed/repo"
@@ -120,6 +131,161 @@ def write(path, mode):
     return {"written": len(data)}
 
 
+SERVICE_CONF = "/seed/service.json"
+STATE_DIR = "/var/lib/envkit"
+DB = os.path.join(STATE_DIR, "db.sqlite")
+FIXTURE_SQL = "/seed/db/fixture.sql"
+FIXTURE_DB = os.path.join(STATE_DIR, "fixture.sqlite")
+PIDFILE = os.path.join(STATE_DIR, "service.pid")
+LOG = os.path.join(STATE_DIR, "service.log")
+HTTP_BODY_CAP = 64 * 1024
+
+
+def service_conf():
+    with open(SERVICE_CONF) as f:
+        return json.load(f)
+
+
+def _service_running():
+    try:
+        with open(PIDFILE) as f:
+            pid = int(f.read().strip())
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _healthy(conf, timeout=1.0):
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", conf["port"], timeout=timeout)
+        conn.request("GET", conf["health"])
+        ok = conn.getresponse().status == 200
+        conn.close()
+        return ok
+    except OSError:
+        return False
+
+
+def _restore_db():
+    if not os.path.exists(FIXTURE_DB):
+        tmp = FIXTURE_DB + ".tmp"
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        with open(FIXTURE_SQL) as f:
+            script = f.read()
+        conn = sqlite3.connect(tmp)
+        conn.executescript(script)
+        conn.commit()
+        conn.close()
+        os.replace(tmp, FIXTURE_DB)
+    for suffix in ("-journal", "-wal", "-shm"):
+        try:
+            os.unlink(DB + suffix)
+        except FileNotFoundError:
+            pass
+    tmp = DB + ".restore"
+    shutil.copyfile(FIXTURE_DB, tmp)
+    os.chmod(tmp, 0o640)
+    os.replace(tmp, DB)
+
+
+def db_hash():
+    """sha256 over every table's rows, in a canonical order (independent of page layout)."""
+    h = hashlib.sha256()
+    if not os.path.exists(DB):
+        return "sha256:" + h.hexdigest()
+    conn = sqlite3.connect(f"file:{DB}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        for table in tables:
+            h.update(f"T {table}\n".encode())
+            rows = [json.dumps(list(r), default=repr) for r in conn.execute(f'SELECT * FROM "{table}"')]
+            for row in sorted(rows):
+                h.update(row.encode() + b"\n")
+    finally:
+        conn.close()
+    return "sha256:" + h.hexdigest()
+
+
+def service_reset(seed):
+    conf = service_conf()
+    if conf.get("database"):
+        _restore_db()
+    if conf.get("restart_on_reset") and _service_running():
+        with open(PIDFILE) as f:
+            os.killpg(int(f.read().strip()), signal.SIGKILL)
+    if not _service_running() or not _healthy(conf):
+        env = dict(os.environ, ENVKIT_DB=DB, ENVKIT_PORT=str(conf["port"]), ENVKIT_SEED=str(seed), HOME=STATE_DIR)
+        with open(LOG, "ab") as log:
+            proc = subprocess.Popen(["/bin/sh", "-c", "exec " + conf["command"]], cwd="/seed/app", env=env,
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        with open(PIDFILE, "w") as f:
+            f.write(str(proc.pid))
+        deadline = time.monotonic() + conf["startup_timeout_s"]
+        while not _healthy(conf, timeout=0.5):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                try:
+                    with open(LOG, "rb") as f:
+                        tail = f.read()[-3000:].decode(errors="replace")
+                except OSError:
+                    tail = ""
+                why = "exited with %s" % proc.returncode if proc.poll() is not None else "never answered its health check"
+                print(json.dumps({"error": "service_unhealthy", "message": f"the service {why}", "log_tail": tail}))
+                return 3
+            time.sleep(0.02)
+    print(json.dumps({"state_hash": db_hash(), "seed": seed}, sort_keys=True))
+    return 0
+
+
+def http_request(method, path):
+    conf = service_conf()
+    body = sys.stdin.buffer.read()
+    headers = {"Content-Type": "application/json"} if body else {}
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", conf["port"], timeout=30)
+        conn.request(method, path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read(HTTP_BODY_CAP + 1)
+        out = {"status": resp.status, "content_type": resp.getheader("Content-Type", ""),
+               "body": data[:HTTP_BODY_CAP].decode(errors="replace"), "truncated": len(data) > HTTP_BODY_CAP}
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        # e.g. a path with spaces (the agent's mistake): an observation, not a crash
+        out = {"status": 0, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(out))
+    return 0
+
+
+def relay():
+    conf = service_conf()
+    sock = socket.create_connection(("127.0.0.1", conf["port"]), timeout=30)
+    sock.settimeout(None)
+
+    def upstream():
+        try:
+            while True:
+                data = os.read(0, 65536)
+                if not data:
+                    break
+                sock.sendall(data)
+        except OSError:
+            pass
+        try:
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    threading.Thread(target=upstream, daemon=True).start()
+    out = sys.stdout.buffer
+    while True:
+        data = sock.recv(65536)
+        if not data:
+            break
+        out.write(data)
+        out.flush()
+    return 0
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "reset":
@@ -131,6 +297,14 @@ def main(argv):
         out = {}
     elif cmd == "write":
         out = write(argv[2], argv[3])
+    elif cmd == "service-reset":
+        return service_reset(int(argv[2]))
+    elif cmd == "service-hash":
+        out = {"state_hash": db_hash()}
+    elif cmd == "http":
+        return http_request(argv[2], argv[3])
+    elif cmd == "relay":
+        return relay()
     else:
         print(__doc__, file=sys.stderr)
         return 2
