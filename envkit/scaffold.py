@@ -1,4 +1,4 @@
-"""`envkit init DIR --kind repo`: a small environment that builds and validates as is."""
+"""`envkit init DIR --kind repo|api`: a small environment that builds and validates as is."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from envkit.refs import NAME_RE
 
 __all__ = ["KINDS", "init_environment"]
 
-KINDS = ("repo",)
+KINDS = ("repo", "api")
 
 _SPEC = '''# {name}: scaffolded by `envkit init`. Reference: docs/spec.md
 spec_version = 1
@@ -112,6 +112,121 @@ PY
 }
 
 
+_API_SPEC = '''# {name}: scaffolded by `envkit init --kind api`. Reference: docs/spec.md
+spec_version = 1
+
+[environment]
+name = "{name}"
+version = "0.1.0"
+kind = "api"
+description = "A starter API environment: a notes service over SQLite."
+
+[image]
+base = "envkit/base"
+files = ["oracle"]
+
+[state]
+# Runs as the `service` user in /seed/app; listens on 127.0.0.1:8080 inside the sandbox.
+service = {{ path = "app", command = "python3 server.py", port = 8080, health = "/health" }}
+# Restored at every reset; the service finds the database at $ENVKIT_DB.
+database = {{ fixture = "fixtures/notes.sql" }}
+
+[tasks]
+file = "tasks.jsonl"
+
+[verifier]
+# Grades by SQL checks on the final database and by the answer (see each task's params).
+command = "python3 /opt/envkit/state_verifier.py"
+timeout_s = 60
+
+[limits]
+memory_mb = 256
+pids = 128
+disk_mb = 64
+command_timeout_s = 30
+episode_timeout_s = 300
+network = "none"
+
+[tools]
+enabled = ["http"]
+'''
+
+_API_FILES = {
+    "app/server.py": '''"""A tiny notes API: GET /notes, GET/PATCH /notes/{id}. Opens the database per request."""
+
+import json
+import os
+import re
+import sqlite3
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DB = os.environ["ENVKIT_DB"]
+PORT = int(os.environ["ENVKIT_PORT"])
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self.reply(200, {"status": "ok"})
+        conn = sqlite3.connect(DB)
+        conn.row_factory = sqlite3.Row
+        try:
+            if self.path == "/notes":
+                return self.reply(200, [dict(r) for r in conn.execute("SELECT * FROM notes ORDER BY id")])
+            m = re.fullmatch(r"/notes/(\\d+)", self.path)
+            row = conn.execute("SELECT * FROM notes WHERE id = ?", (int(m[1]),)).fetchone() if m else None
+            return self.reply(200, dict(row)) if row else self.reply(404, {"error": "not found"})
+        finally:
+            conn.close()
+
+    def do_PATCH(self):
+        m = re.fullmatch(r"/notes/(\\d+)", self.path)
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if not m or not isinstance(body.get("done"), bool):
+            return self.reply(400, {"error": "PATCH /notes/{id} with {\\"done\\": true|false}"})
+        conn = sqlite3.connect(DB)
+        try:
+            changed = conn.execute("UPDATE notes SET done = ? WHERE id = ?", (int(body["done"]), int(m[1]))).rowcount
+            conn.commit()
+        finally:
+            conn.close()
+        return self.reply(200 if changed else 404, {"id": int(m[1]), "done": body["done"]} if changed else {"error": "not found"})
+
+
+ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+''',
+    "fixtures/notes.sql": (
+        "CREATE TABLE notes (id INTEGER PRIMARY KEY, title TEXT NOT NULL, done INTEGER NOT NULL);\n"
+        "INSERT INTO notes VALUES (1, 'Buy milk', 1);\n"
+        "INSERT INTO notes VALUES (2, 'Call the bank', 0);\n"
+        "INSERT INTO notes VALUES (3, 'Book flights', 0);\n"
+    ),
+    "tasks.jsonl": (
+        '{"id": "finish-note", "difficulty": "easy", "oracle": "oracle/finish-note.json", '
+        '"instruction": "Mark the note titled Call the bank as done.", '
+        '"params": {"checks": [{"sql": "SELECT done FROM notes WHERE id = 2", "expect": [[1]]}], '
+        '"guards": [{"sql": "SELECT group_concat(done) FROM notes WHERE id != 2", "expect": [["1,0"]]}]}}\n'
+        '{"id": "count-open", "difficulty": "easy", "oracle": "oracle/count-open.json", '
+        '"instruction": "How many notes are not done yet? Answer with a number.", '
+        '"params": {"answer": {"expect": "2", "type": "number"}}}\n'
+    ),
+    "oracle/finish-note.json": '{"actions": [{"tool": "http", "method": "GET", "path": "/notes"}, '
+                               '{"tool": "http", "method": "PATCH", "path": "/notes/2", "body": {"done": true}}]}\n',
+    "oracle/count-open.json": '{"actions": [{"tool": "http", "method": "GET", "path": "/notes"}, {"tool": "answer", "text": "2"}]}\n',
+}
+
+
 def _default_name(folder: Path) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", folder.resolve().name.lower()).strip("-") or "env"
     return f"local/{slug}"
@@ -130,7 +245,10 @@ def init_environment(folder: str | Path, *, kind: str = "repo", name: str | None
     if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or len(parts[0]) < 2:
         raise UserError(f"`{name}` is not an environment name", "use namespace/name in lowercase, e.g. --name myteam/bugfix")
     written = []
-    files = {"envkit.toml": _SPEC.format(name=name), **_FILES}
+    if kind == "api":
+        files = {"envkit.toml": _API_SPEC.format(name=name), **_API_FILES}
+    else:
+        files = {"envkit.toml": _SPEC.format(name=name), **_FILES}
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)

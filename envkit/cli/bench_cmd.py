@@ -68,3 +68,34 @@ def registry(
         table.add_row(r.database, f"{r.get_p50_ms:.1f} ms", f"{r.get_p99_ms:.1f} ms", f"{r.get_rps:.0f}", str(r.get_errors),
                       f"{r.publish_s:.2f} s", f"{r.pull_s:.2f} s")
     console.print(table)
+
+
+@bench_app.command("reset")
+def reset(
+    env: list[str] = typer.Option(None, "--env", help="Environments (folders or refs); default: every bundled one."),
+    n: int = typer.Option(50, "-n", min=2, max=10000, help="Resets per environment."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Reset latency per environment kind, on a running sandbox (no container re-creation)."""
+    from envkit.bench import bench_resets
+    from envkit.catalog import local_environments
+
+    refs = env or [f"{name}@{max(versions)}" for name, versions in sorted(local_environments().items())]
+    runtimes = [EnvRuntime(resolve_environment(r)) for r in refs]
+    if as_json:
+        rows = bench_resets(runtimes, n=n)
+        print_json({"rows": rows})
+    else:
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("resetting", total=n * len(runtimes))
+            rows = bench_resets(runtimes, n=n, tick=lambda _m: progress.advance(bar))
+        table = Table(title=f"envkit bench reset  (N={n} per environment, one running sandbox each)")
+        for col in ("environment", "kind", "p50", "p90", "target", "met", "same hash"):
+            table.add_column(col, no_wrap=True)
+        for r in rows:
+            met = "" if r["passed"] is None else ("[green]yes[/]" if r["passed"] else "[red]no[/]")
+            table.add_row(r["env"], r["kind"], f"{r['p50_ms']:.1f} ms", f"{r['p90_ms']:.1f} ms", r["target"], met,
+                          "yes" if r["same_hash"] else "[red]NO[/]")
+        console.print(table)
+    if any(r["passed"] is False or not r["same_hash"] for r in rows):
+        raise typer.Exit(1)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -48,6 +48,7 @@ import json
 import secrets
 import select
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,27 +107,69 @@ class _Capped:
         return bytes(self.head) + tail
 
 
-def _frames(sock: Any, deadline: float) -> Any:
-    """Demultiplex Docker's attach stream (8-byte headers) from a raw socket, to a deadline."""
-    raw: socket.socket = getattr(sock, "_sock", sock)
-    buf = bytearray()
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise _Deadline()
-        ready, _, _ = select.select([raw], [], [], remaining)
-        if not ready:
-            raise _Deadline()
-        chunk = raw.recv(65536)
-        if not chunk:
-            return
-        buf += chunk
-        while len(buf) >= 8:
-            size = int.from_bytes(buf[4:8], "big")
-            if len(buf) < 8 + size:
+class _Demux:
+    """Docker's multiplexed attach stream: 8-byte headers (stream id, size), then the data."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
+        self.buf += chunk
+        out = []
+        while len(self.buf) >= 8:
+            size = int.from_bytes(self.buf[4:8], "big")
+            if len(self.buf) < 8 + size:
                 break
-            yield buf[0], bytes(buf[8 : 8 + size])
-            del buf[: 8 + size]
+            out.append((self.buf[0], bytes(self.buf[8 : 8 + size])))
+            del self.buf[: 8 + size]
+        return out
+
+
+def _recv(raw: socket.socket, deadline: float) -> bytes:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _Deadline()
+    ready, _, _ = select.select([raw], [], [], remaining)
+    if not ready:
+        raise _Deadline()
+    return raw.recv(65536)
+
+
+def _frames(sock: Any, deadline: float) -> Any:
+    """Demultiplex an exec's output from its raw socket, to a deadline."""
+    raw: socket.socket = getattr(sock, "_sock", sock)
+    demux = _Demux()
+    while chunk := _recv(raw, deadline):
+        yield from demux.feed(chunk)
+
+
+class _Channel:
+    """A long-lived `helper.py serve` exec: JSON lines in, JSON lines out (one round trip
+    instead of a new exec per call)."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.demux = _Demux()
+        self.lines = bytearray()
+
+    def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.raw.sendall((json.dumps(request) + "\n").encode())
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.lines:
+            chunk = _recv(self.raw, deadline)
+            if not chunk:
+                raise ConnectionError("the helper channel closed")
+            for stream, data in self.demux.feed(chunk):
+                if stream == 1:
+                    self.lines += data
+        line, _, rest = bytes(self.lines).partition(b"\n")
+        self.lines = bytearray(rest)
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def close(self) -> None:
+        _close_hijacked(self.sock)
 
 
 def _close_hijacked(sock: Any) -> None:
@@ -153,6 +196,8 @@ class DockerSandbox:
     last_reset: ResetResult | None = field(default=None, repr=False)
     has_repo: bool = True
     has_service: bool = False
+    _channel: _Channel | None = field(default=None, repr=False)
+    _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def id(self) -> str:
@@ -294,7 +339,19 @@ class DockerSandbox:
         return result
 
     def _service_call(self, args: list[str]) -> dict[str, Any]:
-        data = self._helper(args, user=SERVICE, timeout=120)
+        """Run a service-user helper command through the sandbox's long-lived channel (opened
+        on first use); if the channel breaks, fall back to a one-off exec."""
+        with self._channel_lock:
+            try:
+                if self._channel is None:
+                    ex = self._api.exec_create(self.id, ["python3", _HELPER, "serve"], stdin=True, user=_USERS[SERVICE])
+                    self._channel = _Channel(self._api.exec_start(ex["Id"], socket=True))
+                data = self._channel.call({"cmd": args[0], "args": args[1:]}, timeout=120)
+            except (OSError, ValueError, _Deadline, docker.errors.DockerException, *TRANSPORT_ERRORS):
+                if self._channel is not None:
+                    self._channel.close()
+                    self._channel = None
+                data = self._helper(args, user=SERVICE, timeout=120)
         if "error" in data:
             raise InfraFailure(data["error"], data.get("message", "the service failed"), container=self.id,
                                log_tail=data.get("log_tail", ""))
@@ -360,6 +417,9 @@ class DockerSandbox:
             return False
 
     def destroy(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
         with contextlib.suppress(docker.errors.NotFound):
             try:
                 self.container.remove(force=True)
