@@ -60,12 +60,14 @@ def replay(episode: Episode, action: dict[str, Any]) -> None:
     tool = action.get("tool")
     if tool == "http":
         episode.http(action["method"], action["path"], action.get("body"))
+    elif tool == "browser":
+        episode.browser(action)
     elif tool == "answer":
         episode.answer(action["text"])
     elif tool == "bash":
         episode.step(action["command"])
     else:
-        raise UserError(f"oracle action with unknown tool {tool!r}", "use http, answer or bash")
+        raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
 
 
 @dataclass
@@ -124,6 +126,8 @@ def _run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandb
                                  evidence=failure.evidence, state_hash="")
         return episode.result(None, failure, {})
     finally:
+        if episode is not None:
+            episode.close()
         if own and sandbox is not None:
             try:
                 sandbox.destroy()

@@ -100,6 +100,7 @@ class Episode:
         self.limit_failure: ModelFailure | None = None  # a command hit a limit; the episode went on
         self.reset_result: ResetResult | None = None
         self.answer_text: str | None = None
+        self._browser: Any = None
         self.timings: dict[str, float] = {}
         self._started = 0.0
 
@@ -154,6 +155,32 @@ class Episode:
                                      str(result.get("error", "")), duration, None))
         self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + duration, 4)
         return result
+
+    def browser(self, action: dict[str, Any]) -> str:
+        """The `browser` tool: one action on the service's pages; returns a page snapshot."""
+        if "browser" not in self.spec.tools.enabled:
+            raise ModelFailure("tool_not_enabled", "this environment does not offer the browser tool")
+        if self.elapsed() > self.spec.limits.episode_timeout_s:
+            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            raise self.model_failure
+        from envkit.tools.browser import BrowserSession
+
+        t0 = time.monotonic()
+        if self._browser is None:
+            self._browser = BrowserSession(self.sandbox)  # type: ignore[arg-type]
+        observation = self._browser.act(action)
+        duration = round(time.monotonic() - t0, 4)
+        label = "browser " + " ".join(f"{k}={v!r}" if k != "action" else str(v) for k, v in action.items() if k != "tool")
+        failed = observation.startswith("error:")
+        self.steps.append(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
+        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + duration, 4)
+        return observation
+
+    def close(self) -> None:
+        """Release what the episode holds on the host (the browser)."""
+        if self._browser is not None:
+            self._browser.close()
+            self._browser = None
 
     def answer(self, text: str) -> None:
         """The `answer` tool: the agent's final answer to a question task (capped at 4 KiB)."""
