@@ -1,7 +1,8 @@
-"""`envkit init DIR --kind repo|api`: a small environment that builds and validates as is."""
+"""`envkit init DIR --kind repo|api|website`: a small environment that builds and validates as is."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from envkit.refs import NAME_RE
 
 __all__ = ["KINDS", "init_environment"]
 
-KINDS = ("repo", "api")
+KINDS = ("repo", "api", "website")
 
 _SPEC = '''# {name}: scaffolded by `envkit init`. Reference: docs/spec.md
 spec_version = 1
@@ -227,6 +228,83 @@ ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
 }
 
 
+_WEB_SPEC = _API_SPEC.replace("`envkit init --kind api`", "`envkit init --kind website`").replace(
+    'kind = "api"', 'kind = "website"').replace("a notes service over SQLite", "a guestbook web page").replace(
+    "fixtures/notes.sql", "fixtures/guestbook.sql").replace('enabled = ["http"]', 'enabled = ["browser"]')
+
+_WEB_FILES = {
+    "app/server.py": '''"""A guestbook: GET / lists the entries and shows a form; POST /sign adds one."""
+
+import html
+import os
+import sqlite3
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
+
+DB = os.environ["ENVKIT_DB"]
+PORT = int(os.environ["ENVKIT_PORT"])
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def page(self, status, text, location=None):
+        data = text.encode()
+        self.send_response(status)
+        if location:
+            self.send_header("Location", location)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/health":
+            return self.page(200, "ok")
+        conn = sqlite3.connect(DB)
+        entries = conn.execute("SELECT name, message FROM entries ORDER BY id").fetchall()
+        conn.close()
+        items = "".join(f"<li><b>{html.escape(n)}</b>: {html.escape(m)}</li>" for n, m in entries)
+        self.page(200, f"""<!doctype html><html><head><title>Guestbook</title></head><body><h1>Guestbook</h1>
+<p>{len(entries)} entries</p><ul>{items}</ul>
+<form method="post" action="/sign"><label>Name <input name="name"></label>
+<label>Message <input name="message"></label><button type="submit">Sign</button></form></body></html>""")
+
+    def do_POST(self):
+        form = {k: v[-1] for k, v in parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()).items()}
+        if self.path == "/sign" and form.get("name") and form.get("message"):
+            conn = sqlite3.connect(DB)
+            conn.execute("INSERT INTO entries (name, message) VALUES (?, ?)", (form["name"], form["message"]))
+            conn.commit()
+            conn.close()
+        self.page(303, "", "/")
+
+
+ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
+''',
+    "fixtures/guestbook.sql": (
+        "CREATE TABLE entries (id INTEGER PRIMARY KEY, name TEXT NOT NULL, message TEXT NOT NULL);\n"
+        "INSERT INTO entries VALUES (1, 'Ada', 'Lovely site');\n"
+        "INSERT INTO entries VALUES (2, 'Linus', 'Works for me');\n"
+    ),
+    "tasks.jsonl": "".join(json.dumps(task) + "\n" for task in [
+        {"id": "sign", "difficulty": "easy", "oracle": "oracle/sign.json",
+         "instruction": "Sign the guestbook as Grace with the message: Hello from the agent.",
+         "params": {"checks": [{"sql": "SELECT COUNT(*) FROM entries WHERE name = 'Grace' AND message = 'Hello from the agent.'",
+                                "expect": [[1]]}],
+                    "guards": [{"sql": "SELECT COUNT(*) FROM entries WHERE id <= 2", "expect": [[2]]}]}},
+        {"id": "count-entries", "difficulty": "easy", "oracle": "oracle/count-entries.json",
+         "instruction": "How many entries does the guestbook have? Answer with a number.",
+         "params": {"answer": {"expect": "2", "type": "number"}}},
+    ]),
+    "oracle/sign.json": '{"actions": [{"tool": "browser", "action": "type", "field": "name", "text": "Grace"}, '
+                        '{"tool": "browser", "action": "type", "field": "message", "text": "Hello from the agent."}, '
+                        '{"tool": "browser", "action": "click", "text": "Sign"}]}\n',
+    "oracle/count-entries.json": '{"actions": [{"tool": "browser", "action": "read"}, {"tool": "answer", "text": "2"}]}\n',
+}
+
+
 def _default_name(folder: Path) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", folder.resolve().name.lower()).strip("-") or "env"
     return f"local/{slug}"
@@ -247,6 +325,8 @@ def init_environment(folder: str | Path, *, kind: str = "repo", name: str | None
     written = []
     if kind == "api":
         files = {"envkit.toml": _API_SPEC.format(name=name), **_API_FILES}
+    elif kind == "website":
+        files = {"envkit.toml": _WEB_SPEC.format(name=name), **_WEB_FILES}
     else:
         files = {"envkit.toml": _SPEC.format(name=name), **_FILES}
     for rel, text in files.items():

@@ -213,6 +213,6 @@ def test_bench_reset_reports_each_kind():
     proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "bench", "reset", "-n", "5", "--json"],
                           capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=600)
     rows = {r["kind"]: r for r in json.loads(proc.stdout)["rows"]}
-    assert {"repo", "api"} <= set(rows)
+    assert {"repo", "api", "website"} <= set(rows)
     assert all(r["same_hash"] and r["p50_ms"] > 0 for r in rows.values())
     assert rows["api"]["target"] == "p50 <= 100 ms"

@@ -80,7 +80,7 @@ def test_init_refuses_non_empty_folder(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt"]
 
 
-@pytest.mark.parametrize("kind", ["website", "nope"])
+@pytest.mark.parametrize("kind", ["desktop", "nope"])
 def test_init_unknown_kind(tmp_path: Path, kind: str):
     assert_user_error(envkit("init", str(tmp_path / "x"), "--kind", kind), "--kind repo")
 
