@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check envkit registry_server tests
+.venv/bin/ruff check envkit registry_server rl_runner tests
 .venv/bin/mypy
 .venv/bin/python -m pytest "$@"

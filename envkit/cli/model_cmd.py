@@ -1,0 +1,33 @@
+"""`envkit model tiny DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from envkit.cli.output import console, print_json
+from envkit.errors import UserError
+
+model_app = typer.Typer(no_args_is_help=True, help="Local models for tests and demos (no download).")
+
+
+@model_app.command("tiny")
+def tiny(
+    folder: Path = typer.Argument(..., help="Folder to write the model into (new or empty)."),
+    seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Write a tiny random-init Qwen2-shaped model with a locally trained tokenizer."""
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UserError(f"`{folder}` already exists and is not empty; nothing was written", "choose a new folder")
+    try:
+        from rl_runner.policy.tiny import TinySpec, write_tiny_model
+    except ImportError as e:
+        raise UserError(f"the model tools are not installed ({e.name})", "install them: pip install -e '.[cpu]' (or '.[gpu]')") from None
+    info = write_tiny_model(folder, TinySpec(seed=seed))
+    if as_json:
+        print_json({"folder": str(folder), **info})
+        return
+    console.print(f"wrote a tiny Qwen2 model to {folder}: {info['parameters']} parameters, vocab {info['vocab_size']}, "
+                  f"head dim {info['head_dim']}")
