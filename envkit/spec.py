@@ -165,6 +165,8 @@ class LimitsSection(_Strict):
     episode_timeout_s: float = Field(default=600, gt=0, le=86400)
     output_limit_bytes: int = Field(default=65536, ge=1024, le=16 * 1024 * 1024)
     network: Literal["none", "bridge"] = "none"
+    max_turns: int = Field(default=20, ge=1, le=1000)  # model turns per episode (agent loop)
+    max_generated_tokens: int = Field(default=4096, ge=16, le=1_000_000)  # model tokens per episode
 
 
 ToolName = Literal["bash", "edit_file", "http", "browser"]

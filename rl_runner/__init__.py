@@ -1,1 +1,2 @@
-"""The envkit RL runner (vLLM policy, rollouts, batches, trainer). Not built yet: see the open runner issues."""
+"""The envkit RL runner: vLLM policy (policy/), multi-turn rollouts with failure attribution
+(rollout/). Batches, trainer and weight publication come with the next issues."""

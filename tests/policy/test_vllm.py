@@ -21,23 +21,6 @@ from ..conftest import ROOT
 pytestmark = pytest.mark.vllm
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "tiny"
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "model", "tiny", str(folder), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return folder
-
-
-@pytest.fixture(scope="module")
-def server(tiny: Path) -> Iterator[VLLMServer]:
-    srv = VLLMServer(tiny)
-    srv.start(timeout=600)
-    yield srv
-    srv.stop()
-
-
 def prompt_ids(tiny: Path, text: str) -> list[int]:
     from transformers import AutoTokenizer
 

@@ -1,0 +1,121 @@
+"""The agent loop: tokenise once, generate, parse one tool call, act in the sandbox, append
+the observation's tokens, repeat; then verify. Infra failures raise (the runner retries on a
+fresh sandbox); model failures end the episode and keep the verifier's reward."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+from envkit.errors import InfraFailure, ModelFailure
+from envkit.runtime import EnvRuntime, Episode
+from envkit.spec import Task
+from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
+from rl_runner.rollout.trajectory import Trajectory
+
+__all__ = ["OBSERVATION_CAP", "run_agent_episode"]
+
+OBSERVATION_CAP = 1500  # characters of one observation shown to the model
+
+
+def _observe(episode: Episode, call: ToolCall) -> str:
+    args = call.arguments
+    if call.name == "bash":
+        r = episode.step(str(args["command"]))
+        text = f"exit {r.exit_code}" + (f" ({r.limit_hit})" if r.limit_hit else "") + f"\n{r.stdout}{r.stderr}"
+    elif call.name == "http":
+        r2 = episode.http(str(args["method"]), str(args["path"]), args.get("body"))
+        text = json.dumps(r2)
+    elif call.name == "browser":
+        text = episode.browser({k: v for k, v in args.items()})
+    else:
+        episode.answer(str(args["text"]))
+        text = "answer recorded"
+    return text[:OBSERVATION_CAP]
+
+
+def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,
+                      sampling: SamplingParams, group_id: str) -> Trajectory:
+    spec = runtime.env.spec
+    limits = spec.limits
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+    sandbox = runtime.backend.create()
+    timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
+    episode = runtime.episode(task, seed, sandbox, "policy")
+    traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id, seed=seed,
+                      group_id=group_id)
+    try:
+        episode.reset()
+        messages = [{"role": "system", "content": system_prompt(list(spec.tools.enabled))},
+                    {"role": "user", "content": task.instruction}]
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        traj.prompt_token_ids = list(tokenizer.encode(rendered, add_special_tokens=False))
+        context = list(traj.prompt_token_ids)
+        failure: ModelFailure | None = None
+        generation_s = 0.0
+        for turn in range(limits.max_turns):
+            budget = limits.max_generated_tokens - traj.generated_tokens
+            if budget <= 0:
+                failure = ModelFailure("token_limit", f"the model generated {traj.generated_tokens} tokens, the spec allows "
+                                                      f"{limits.max_generated_tokens}")
+                break
+            g0 = time.monotonic()
+            gen = policy.generate(context, replace(sampling, max_tokens=min(sampling.max_tokens, budget),
+                                                   stop_token_ids=(end_id,), seed=None if sampling.seed is None
+                                                   else sampling.seed + 1000 * seed + turn))
+            generation_s += time.monotonic() - g0
+            traj.turns = turn + 1
+            _append(traj, context, gen.token_ids, gen.logprobs, gen.weight_versions, model=True)
+            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            try:
+                call = parse_action(text, list(spec.tools.enabled))
+            except UnparseableAction as e:
+                failure = ModelFailure("unparseable_action", str(e), text=text[:500])
+                break
+            if call is None:
+                break  # the model is done
+            observation = _observe(episode, call)
+            if call.name == "answer":
+                break
+            if episode.model_failure is not None:
+                failure = episode.model_failure
+                break
+            closing = "" if gen.token_ids and gen.token_ids[-1] == end_id else "<|im_end|>"
+            obs_ids = tokenizer.encode(f"{closing}\n<|im_start|>tool\n{observation}<|im_end|>\n<|im_start|>assistant\n",
+                                       add_special_tokens=False)
+            _append(traj, context, obs_ids, [0.0] * len(obs_ids), [""] * len(obs_ids), model=False)
+        else:
+            failure = ModelFailure("turn_limit", f"the model used all {limits.max_turns} turns")
+        timings["generation_s"] = round(generation_s, 4)
+        failure = failure or episode.model_failure or episode.limit_failure
+        verdict = episode.verify()
+        traj.reward = verdict.reward
+        if failure is not None:
+            traj.outcome, traj.evidence = failure.outcome.label, failure.evidence
+        timings.update({k: v for k, v in episode.timings.items() if k in ("reset_s", "tools_s", "verify_s")})
+        timings["episode_s"] = round(time.monotonic() - t0, 4)
+        traj.timings = timings
+        return traj
+    finally:
+        episode.close()
+        try:
+            sandbox.destroy()
+        except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
+            pass
+
+
+def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list[float], versions: list[str],
+            *, model: bool) -> None:
+    if model and not (len(logprobs) == len(versions) == len(ids)):
+        raise InfraFailure("inference_bad_output", "the inference server returned misaligned tokens and log-probs",
+                           tokens=len(ids), logprobs=len(logprobs), versions=len(versions))
+    context.extend(ids)
+    traj.completion_token_ids.extend(ids)
+    traj.logprobs.extend(logprobs if model else [0.0] * len(ids))
+    traj.weight_versions.extend(versions if model else [""] * len(ids))
+    traj.loss_mask.extend([1 if model else 0] * len(ids))

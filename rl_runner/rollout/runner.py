@@ -1,0 +1,111 @@
+"""Collecting trajectories: concurrent episodes, retries on fresh sandboxes for infra
+failures, exclusion with a reason when retries run out, and the group rule."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from envkit.errors import InfraFailure, VerifierFailure
+from envkit.runtime import EnvRuntime
+from envkit.spec import Task
+from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.rollout.loop import run_agent_episode
+from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
+
+__all__ = ["EpisodeSpec", "collect", "plan", "summarize"]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    task: Task
+    seed: int
+    group_id: str
+
+
+def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> list[EpisodeSpec]:
+    """``n`` episodes over the environment's tasks, round robin, in groups of ``group_size``
+    (same task and seed: a GRPO group)."""
+    tasks = list(runtime.env.tasks)
+    out = []
+    for i in range(n):
+        g = i // group_size
+        task = tasks[g % len(tasks)]
+        out.append(EpisodeSpec(task, seed + g, f"{task.id}/{seed + g}"))
+    return out
+
+
+def _with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
+                  sampling: SamplingParams, max_retries: int) -> Trajectory:
+    attempts: list[str] = []
+    last: InfraFailure | VerifierFailure | None = None
+    queued = time.monotonic()
+    for attempt in range(max_retries + 1):
+        try:
+            traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer,
+                                     sampling=sampling, group_id=spec.group_id)
+            traj.retries, traj.attempts = attempt, attempts
+            traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
+            return traj
+        except (InfraFailure, VerifierFailure) as failure:
+            attempts.append(failure.outcome.label)
+            last = failure
+    assert last is not None
+    return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=spec.task.id, seed=spec.seed,
+                      group_id=spec.group_id, reward=None, outcome=last.outcome.label, evidence=last.evidence,
+                      retries=max_retries, attempts=attempts, excluded=True,
+                      exclude_reason=f"{last.outcome.label} after {max_retries + 1} attempts")
+
+
+def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyClient, tokenizer: Any,
+            sampling: SamplingParams, concurrency: int = 4, max_retries: int = 2,
+            progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
+    """Run every episode (each exactly once in the result, in plan order)."""
+    results: list[Trajectory | None] = [None] * len(episodes)
+
+    def one(i: int) -> None:
+        results[i] = _with_retries(runtime, episodes[i], policy=policy, tokenizer=tokenizer, sampling=sampling,
+                                   max_retries=max_retries)
+        if progress is not None:
+            progress(results[i])  # type: ignore[arg-type]
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        list(pool.map(one, range(len(episodes))))
+    done = [r for r in results if r is not None]
+    assert len(done) == len(episodes)
+    return apply_group_rule(done)
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * p / 100
+    lo = int(rank)
+    hi = min(lo + 1, len(ordered) - 1)
+    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo), 3)
+
+
+def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, Any]:
+    times = [t.timings.get("episode_s", 0.0) for t in trajectories if not t.excluded]
+    rewards = [t.reward for t in trajectories if t.reward is not None and not t.excluded]
+    generated = sum(t.generated_tokens for t in trajectories)
+    gen_s = sum(t.timings.get("generation_s", 0.0) for t in trajectories)
+    return {
+        "episodes": len(trajectories),
+        "outcomes": dict(Counter(t.outcome for t in trajectories).most_common()),
+        "excluded": sum(t.excluded for t in trajectories),
+        "retries": sum(t.retries for t in trajectories),
+        "mean_reward": round(statistics.fmean(rewards), 4) if rewards else None,
+        "episode_s": {"p50": _pct(times, 50), "p90": _pct(times, 90), "p99": _pct(times, 99)},
+        "generated_tokens": generated,
+        "generation_tokens_per_s": round(generated / wall_s, 1) if wall_s > 0 else None,
+        "generation_tokens_per_generation_s": round(generated / gen_s, 1) if gen_s > 0 else None,
+        "trajectories_per_s": round(len(trajectories) / wall_s, 3) if wall_s > 0 else None,
+        "wall_s": round(wall_s, 2),
+    }

@@ -1,0 +1,71 @@
+"""The trajectory record: the contract between runner, trainer and registry (DESIGN.md).
+
+Token streams are aligned: ``completion_token_ids``, ``logprobs``, ``weight_versions`` and
+``loss_mask`` have one entry per token after the prompt. Model tokens have mask 1, their
+behaviour log-prob and the weight version that sampled them; observation and template tokens
+have mask 0, log-prob 0.0 and version "".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Trajectory", "apply_group_rule", "write_jsonl"]
+
+
+@dataclass
+class Trajectory:
+    env_ref: str
+    image_digest: str
+    task_id: str
+    seed: int
+    group_id: str
+    prompt_token_ids: list[int] = field(default_factory=list)
+    completion_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[str] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    reward: float | None = None
+    outcome: str = "ok"
+    evidence: dict[str, Any] = field(default_factory=dict)
+    retries: int = 0
+    attempts: list[str] = field(default_factory=list)  # outcomes of the failed attempts before this one
+    excluded: bool = False
+    exclude_reason: str = ""
+    turns: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def apply_group_rule(trajectories: list[Trajectory], min_members: int = 2) -> list[Trajectory]:
+    """Groups with excluded members: the remaining members stay trainable (their advantages
+    are computed over the remaining members) if at least ``min_members`` remain; otherwise
+    the whole group is excluded with reason ``group_too_small``. Returns the trajectories."""
+    groups: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        groups.setdefault(t.group_id, []).append(t)
+    for members in groups.values():
+        kept = [t for t in members if not t.excluded]
+        if len(kept) < min_members and len(kept) != len(members):
+            for t in kept:
+                t.excluded = True
+                t.exclude_reason = "group_too_small"
+    return trajectories
+
+
+def write_jsonl(path: str | Path, trajectories: list[Trajectory]) -> Path:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w") as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_dict(), sort_keys=True) + "\n")
+    return out

@@ -1,0 +1,35 @@
+"""`envkit rollout` end to end: real vLLM (tiny model), real Docker, the bundled pyfix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import ROOT
+
+pytestmark = [pytest.mark.vllm, pytest.mark.docker]
+
+
+def test_rollout_cli_writes_every_trajectory_once(server, tiny, tmp_path):
+    out = tmp_path / "t.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "rollout", "environments/pyfix", "--model", str(tiny),
+                           "-n", "6", "-c", "3", "--group-size", "2", "--max-tokens", "48", "--policy-url", server.url,
+                           "--out", str(out), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["episodes"] == len(rows) == 6
+    assert sum(summary["outcomes"].values()) == 6 and summary["generated_tokens"] > 0
+    assert len({(r["group_id"], r["seed"]) for r in rows}) == 3
+    for r in rows:
+        assert len(r["completion_token_ids"]) == len(r["logprobs"]) == len(r["weight_versions"]) == len(r["loss_mask"])
+        model = [i for i, m in enumerate(r["loss_mask"]) if m]
+        assert model and all(r["logprobs"][i] <= 0 and r["weight_versions"][i] for i in model)
+        assert r["image_digest"].startswith("sha256:") and r["timings"]["episode_s"] > 0
+        assert r["outcome"] == "ok" or r["outcome"].startswith("model_failure:")
+        assert r["reward"] is not None  # nothing here was an infra failure
