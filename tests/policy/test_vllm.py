@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +11,6 @@ import pytest
 from envkit.errors import InfraFailure
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.server import VLLMServer
-
-from ..conftest import ROOT
 
 pytestmark = pytest.mark.vllm
 
