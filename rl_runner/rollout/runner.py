@@ -41,11 +41,19 @@ def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> 
 
 
 def _with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
-                  sampling: SamplingParams, max_retries: int) -> Trajectory:
+                  sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
+                  policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300) -> Trajectory:
     attempts: list[str] = []
     last: InfraFailure | VerifierFailure | None = None
     queued = time.monotonic()
     for attempt in range(max_retries + 1):
+        if last is not None and last.kind == "inference_unavailable" and policy_ready is not None:
+            # Retrying against a server that is down only burns the retry: wait for it first.
+            deadline = time.monotonic() + ready_timeout_s
+            while not policy_ready() and time.monotonic() < deadline:
+                time.sleep(1.0)
+        if on_attempt is not None:
+            on_attempt(index, attempt)
         try:
             traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer,
                                      sampling=sampling, group_id=spec.group_id)
@@ -64,13 +72,16 @@ def _with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClien
 
 def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyClient, tokenizer: Any,
             sampling: SamplingParams, concurrency: int = 4, max_retries: int = 2,
-            progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
-    """Run every episode (each exactly once in the result, in plan order)."""
+            progress: Callable[[Trajectory], None] | None = None, on_attempt: Callable[[int, int], None] | None = None,
+            policy_ready: Callable[[], bool] | None = None) -> list[Trajectory]:
+    """Run every episode (each exactly once in the result, in plan order). ``on_attempt(i,
+    attempt)`` runs before each attempt (the fault injector's hook); ``policy_ready`` is polled
+    before retrying an inference failure."""
     results: list[Trajectory | None] = [None] * len(episodes)
 
     def one(i: int) -> None:
         results[i] = _with_retries(runtime, episodes[i], policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                   max_retries=max_retries)
+                                   max_retries=max_retries, index=i, on_attempt=on_attempt, policy_ready=policy_ready)
         if progress is not None:
             progress(results[i])  # type: ignore[arg-type]
 
