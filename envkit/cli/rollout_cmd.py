@@ -86,5 +86,6 @@ def register(app: typer.Typer) -> None:
         times = summary["episode_s"]
         console.print(f"mean reward {summary['mean_reward']}  ·  excluded {summary['excluded']}  ·  retries {summary['retries']}")
         console.print(f"episode time p50 {times['p50']} s, p90 {times['p90']} s, p99 {times['p99']} s")
-        console.print(f"generation {summary['generated_tokens']} tokens, {summary['generation_tokens_per_s']} tokens/s (wall)")
+        console.print(f"generation {summary['generated_tokens']} tokens, {summary['generation_tokens_per_s']} tokens/s (wall); "
+                      f"{summary['trajectories_per_s']} trajectories/s")
         console.print(f"trajectories: {path}")
