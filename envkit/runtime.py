@@ -128,7 +128,11 @@ class Episode:
             self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
             raise self.model_failure
         timeout = min(self.spec.limits.command_timeout_s, left)
-        result = self.sandbox.exec(command, timeout_s=timeout, user=AGENT)
+        try:
+            result = self.sandbox.exec(command, timeout_s=timeout, user=AGENT)
+        except ModelFailure as failure:  # e.g. no process can start: the agent filled the pids limit
+            self.model_failure = failure
+            raise
         self.steps.append(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
         self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + result.duration_s, 4)
         if result.limit_hit == "command_timeout" and timeout < self.spec.limits.command_timeout_s:

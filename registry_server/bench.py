@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from envkit.bench import percentile
 from envkit.bundle import Bundle, make_bundle
 from envkit.spec import load_environment
 from registry_server import admin
@@ -143,14 +144,6 @@ async def _load(base: str, envs: int, requests: int, concurrency: int) -> tuple[
     return latencies, errors, wall
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    lo = int(rank)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
-
-
 def _one(database: str, db_url: str, root: Path, *, envs: int, requests: int, concurrency: int,
          big: Bundle, note: Callable[[str], None]) -> RegistryBenchRow:
     storage = root / f"blobs-{database}"
@@ -175,7 +168,7 @@ def _one(database: str, db_url: str, root: Path, *, envs: int, requests: int, co
             pull_s = time.perf_counter() - t0
             if "sha256:" + sha.hexdigest() != big.digest:
                 raise RuntimeError("the pulled bundle does not match")
-    return RegistryBenchRow(database, round(_pct(latencies, 50) * 1000, 2), round(_pct(latencies, 99) * 1000, 2),
+    return RegistryBenchRow(database, round(percentile(latencies, 50) * 1000, 2), round(percentile(latencies, 99) * 1000, 2),
                             round(requests / wall, 1), errors, round(publish_s, 3), round(pull_s, 3),
                             round(len(big.data) / 1e6, 1))
 

@@ -57,7 +57,7 @@ import docker.errors
 
 from envkit.base import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
-from envkit.errors import InfraFailure
+from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
 
 __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL"]
@@ -208,8 +208,18 @@ class DockerSandbox:
         return self.container.client.api
 
     # -- low level -----------------------------------------------------------------
-    def _infra(self, err: BaseException, what: str) -> InfraFailure:
-        """Classify an SDK error: the container gone, or the engine/transport failing."""
+    def pids_saturated(self) -> bool:
+        """Whether the sandbox's processes fill its pids limit (the engine's stats, ~5 ms)."""
+        try:
+            stats = self.container.stats(stream=False, one_shot=True).get("pids_stats") or {}
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS):
+            return False
+        limit = int(stats.get("limit") or 0)
+        return limit > 0 and int(stats.get("current") or 0) >= limit - 2
+
+    def _infra(self, err: BaseException, what: str) -> EpisodeFailure:
+        """Classify an SDK error: the container gone, the engine/transport failing, or (when
+        the pids limit is full of the agent's processes, so no exec can start) the model."""
         detail = f"{type(err).__name__}: {str(err)[:300]}"
         running: bool | None = None
         # A killed container takes a moment to show as exited: look for up to ~1 s.
@@ -229,6 +239,9 @@ class DockerSandbox:
         if running is False:
             return InfraFailure("container_lost", f"the sandbox container stopped during {what}",
                                 container=self.id, status=self.container.status, error=detail)
+        if self.pids_saturated():
+            return ModelFailure("pids_limit", f"the sandbox's pids limit is full, so {what} could not start a process",
+                                container=self.id, error=detail)
         kind = "exec_transport" if isinstance(err, TRANSPORT_ERRORS) else "docker_api"
         return InfraFailure(kind, f"Docker failed during {what}", container=self.id, error=detail)
 
@@ -286,6 +299,10 @@ class DockerSandbox:
             raise self._infra(ConnectionError("the command's status line never arrived: "
                                               + stderr[-300:].decode(errors="replace")), "exec")
         timed_out = backstop or rc == 124 or (rc == 137 and duration >= timeout)
+        if pids == 0 and (rc != 0 or duration >= 1.5):
+            # Background processes can hit the limit after the wrapper wrote its status line
+            # (the exec then outlives it by Docker's 2 s stdio grace): ask the cgroup.
+            pids = int(self.pids_saturated())
         return ExecResult(
             exit_code=124 if backstop else rc, stdout=out.value().decode(errors="replace"),
             stderr=stderr.decode(errors="replace"), duration_s=round(duration, 4), timed_out=timed_out,
@@ -385,7 +402,7 @@ class DockerSandbox:
                 self._helper(["killall"], user=user, timeout=10)
                 self.restore_limits()
                 return
-            except InfraFailure as e:
+            except EpisodeFailure as e:
                 if e.kind == "container_lost":
                     raise
                 if attempt == 0:

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from envkit.bench import percentile
 from envkit.errors import InfraFailure, VerifierFailure
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
@@ -93,13 +94,7 @@ def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyC
 
 
 def _pct(values: list[float], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    lo = int(rank)
-    hi = min(lo + 1, len(ordered) - 1)
-    return round(ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo), 3)
+    return round(percentile(values, p), 3) if values else None
 
 
 def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, Any]:

@@ -130,3 +130,18 @@ def test_output_is_capped(sandbox):
     r = sandbox.exec("head -c 10000000 /dev/zero | tr '\\0' 'x'")
     assert r.ok and r.truncated and r.stdout_bytes == 10_000_000
     assert len(r.stdout) < 9000
+
+
+def test_a_saturated_sandbox_is_the_models_doing_not_infra(sandbox):
+    from envkit.errors import ModelFailure
+
+    sandbox.exec(":(){ :|:& };:", timeout_s=3)
+    # The bomb may still fill the pids limit: the next command either runs, is reported as
+    # hitting a limit, or cannot start and is attributed to the model. Never infra.
+    try:
+        r = sandbox.exec("echo hi", timeout_s=5)
+        assert r.ok or r.limit_hit in ("pids_limit", "command_timeout"), r
+    except ModelFailure as e:
+        assert e.kind == "pids_limit"
+    sandbox.kill_processes()
+    assert sandbox.exec("echo hi").stdout == "hi\n"
