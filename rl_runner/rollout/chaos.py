@@ -168,7 +168,9 @@ class _FaultyPolicy:
         gen = self.real.generate(token_ids, replace(params))
         forced = {"model_timeout": '<tool>{"name": "bash", "arguments": {"command": "sleep 600"}}</tool>',
                   "model_unparseable": "<tool>{not json</tool>"}.get(ctx.fault or "")
-        if forced is not None and ctx.generations == 1:
+        if forced is not None and ctx.generations > 1:
+            forced = "done"  # later turns end the episode, so the injected fault decides its outcome
+        if forced is not None:
             ids = self.tokenizer.encode(forced, add_special_tokens=False)
             version = gen.weight_versions[0] if gen.weight_versions else ""
             return Generation(ids, [0.0] * len(ids), [version] * len(ids), "stop")
