@@ -116,6 +116,14 @@ class Episode:
         self._started = time.monotonic()
         return self.reset_result
 
+    def _episode_timeout(self) -> ModelFailure:
+        return ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+
+    def _record(self, step: StepRecord) -> None:
+        """Keep a tool step in the trace and add its time to the episode's tool time."""
+        self.steps.append(step)
+        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + step.duration_s, 4)
+
     def elapsed(self) -> float:
         return time.monotonic() - self._started if self._started else 0.0
 
@@ -125,7 +133,7 @@ class Episode:
             raise self.model_failure
         left = self.spec.limits.episode_timeout_s - self.elapsed()
         if left <= 0:
-            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            self.model_failure = self._episode_timeout()
             raise self.model_failure
         timeout = min(self.spec.limits.command_timeout_s, left)
         try:
@@ -133,10 +141,9 @@ class Episode:
         except ModelFailure as failure:  # e.g. no process can start: the agent filled the pids limit
             self.model_failure = failure
             raise
-        self.steps.append(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
-        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + result.duration_s, 4)
+        self._record(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
         if result.limit_hit == "command_timeout" and timeout < self.spec.limits.command_timeout_s:
-            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            self.model_failure = self._episode_timeout()
         elif result.limit_hit is not None:
             # The command hit one of the spec's limits: the model's doing. The episode
             # goes on (the agent sees what happened); the outcome records it.
@@ -149,15 +156,14 @@ class Episode:
         if "http" not in self.spec.tools.enabled:
             raise ModelFailure("tool_not_enabled", "this environment does not offer the http tool")
         if self.elapsed() > self.spec.limits.episode_timeout_s:
-            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            self.model_failure = self._episode_timeout()
             raise self.model_failure
         t0 = time.monotonic()
         result = self.sandbox.http(method, path, body)  # type: ignore[attr-defined]
         duration = round(time.monotonic() - t0, 4)
         label = f"http {method.upper()} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
-        self.steps.append(StepRecord(label, int(result.get("status", 0)), str(result.get("body", "")),
-                                     str(result.get("error", "")), duration, None))
-        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + duration, 4)
+        self._record(StepRecord(label, int(result.get("status", 0)), str(result.get("body", "")),
+                                str(result.get("error", "")), duration, None))
         return result
 
     def browser(self, action: dict[str, Any]) -> str:
@@ -165,7 +171,7 @@ class Episode:
         if "browser" not in self.spec.tools.enabled:
             raise ModelFailure("tool_not_enabled", "this environment does not offer the browser tool")
         if self.elapsed() > self.spec.limits.episode_timeout_s:
-            self.model_failure = ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+            self.model_failure = self._episode_timeout()
             raise self.model_failure
         from envkit.tools.browser import BrowserSession
 
@@ -176,8 +182,7 @@ class Episode:
         duration = round(time.monotonic() - t0, 4)
         label = "browser " + " ".join(f"{k}={v!r}" if k != "action" else str(v) for k, v in action.items() if k != "tool")
         failed = observation.startswith("error:")
-        self.steps.append(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
-        self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + duration, 4)
+        self._record(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
         return observation
 
     def close(self) -> None:
