@@ -16,6 +16,8 @@ model_app = typer.Typer(no_args_is_help=True, help="Local models for tests and d
 def tiny(
     folder: Path = typer.Argument(..., help="Folder to write the model into (new or empty)."),
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
+    warmup_steps: int = typer.Option(0, "--warmup-steps", min=0, max=100_000,
+                                     help="Supervised warm-up steps: answer with one shell command (for environments/shellcmd)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Write a tiny random-init Qwen2-shaped model with a locally trained tokenizer."""
@@ -25,9 +27,9 @@ def tiny(
         from rl_runner.policy.tiny import TinySpec, write_tiny_model
     except ImportError as e:
         raise UserError(f"the model tools are not installed ({e.name})", "install them: pip install -e '.[cpu]' (or '.[gpu]')") from None
-    info = write_tiny_model(folder, TinySpec(seed=seed))
+    info = write_tiny_model(folder, TinySpec(seed=seed), warmup_steps=warmup_steps)
     if as_json:
         print_json({"folder": str(folder), **info})
         return
     console.print(f"wrote a tiny Qwen2 model to {folder}: {info['parameters']} parameters, vocab {info['vocab_size']}, "
-                  f"head dim {info['head_dim']}")
+                  f"head dim {info['head_dim']}" + (f", warm-up loss {info['warmup_loss']:.3f}" if warmup_steps else ""))

@@ -14,6 +14,7 @@ from envkit.runtime import EnvRuntime, Episode
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
+from rl_runner.rollout.reuse import SandboxReuse
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["OBSERVATION_CAP", "run_agent_episode"]
@@ -38,13 +39,17 @@ def _observe(episode: Episode, call: ToolCall) -> str:
 
 
 def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,
-                      sampling: SamplingParams, group_id: str) -> Trajectory:
+                      sampling: SamplingParams, group_id: str, sandboxes: SandboxReuse | None = None) -> Trajectory:
+    """One episode. ``sandboxes`` (optional) lends a sandbox that a clean episode gives back
+    for the next one (see :mod:`rl_runner.rollout.reuse`); without it the sandbox is fresh
+    and destroyed at the end."""
     spec = runtime.env.spec
     limits = spec.limits
     end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    sandbox = runtime.backend.create()
+    sandbox = sandboxes.acquire() if sandboxes is not None else runtime.backend.create()
+    reusable = False
     timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
     episode = runtime.episode(task, seed, sandbox, "policy")
     traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id, seed=seed,
@@ -78,7 +83,11 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
                 failure = ModelFailure("unparseable_action", str(e), text=text[:500])
                 break
             if call is None:
-                break  # the model is done
+                # The model is done; a final reply without a tool call is its answer
+                # (unless it already gave one with the answer tool).
+                if episode.answer_text is None and text.strip():
+                    episode.answer(text)
+                break
             observation = _observe(episode, call)
             if call.name == "answer":
                 break
@@ -100,13 +109,17 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
         timings.update({k: v for k, v in episode.timings.items() if k in ("reset_s", "tools_s", "verify_s")})
         timings["episode_s"] = round(time.monotonic() - t0, 4)
         traj.timings = timings
+        reusable = failure is None or failure.kind in ("unparseable_action", "turn_limit", "token_limit")
         return traj
     finally:
         episode.close()
-        try:
-            sandbox.destroy()
-        except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
-            pass
+        if sandboxes is not None:
+            sandboxes.release(sandbox, reusable=reusable)
+        else:
+            try:
+                sandbox.destroy()
+            except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
+                pass
 
 
 def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list[float], versions: list[str],

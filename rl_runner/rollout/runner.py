@@ -17,9 +17,10 @@ from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.loop import run_agent_episode
+from rl_runner.rollout.reuse import SandboxReuse
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
-__all__ = ["EpisodeSpec", "collect", "plan", "summarize"]
+__all__ = ["EpisodeSpec", "collect", "plan", "run_with_retries", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -41,9 +42,13 @@ def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> 
     return out
 
 
-def _with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
-                  sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
-                  policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300) -> Trajectory:
+def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
+                     sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
+                     policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300,
+                     sandboxes: SandboxReuse | None = None) -> Trajectory:
+    """One episode, retried on a fresh sandbox after an infra or verifier failure; excluded
+    with the reason when the retries run out. ``sandboxes`` lends reusable sandboxes to first
+    attempts (a retry always gets a fresh one)."""
     attempts: list[str] = []
     last: InfraFailure | VerifierFailure | None = None
     queued = time.monotonic()
@@ -57,7 +62,8 @@ def _with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClien
             on_attempt(index, attempt)
         try:
             traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer,
-                                     sampling=sampling, group_id=spec.group_id)
+                                     sampling=sampling, group_id=spec.group_id,
+                                     sandboxes=sandboxes if attempt == 0 else None)
             traj.retries, traj.attempts = attempt, attempts
             traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
             return traj
@@ -81,8 +87,8 @@ def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyC
     results: list[Trajectory | None] = [None] * len(episodes)
 
     def one(i: int) -> None:
-        results[i] = _with_retries(runtime, episodes[i], policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                   max_retries=max_retries, index=i, on_attempt=on_attempt, policy_ready=policy_ready)
+        results[i] = run_with_retries(runtime, episodes[i], policy=policy, tokenizer=tokenizer, sampling=sampling,
+                                      max_retries=max_retries, index=i, on_attempt=on_attempt, policy_ready=policy_ready)
         if progress is not None:
             progress(results[i])  # type: ignore[arg-type]
 

@@ -1,0 +1,153 @@
+"""Weight publication into a running vLLM through its RL endpoints (DESIGN.md).
+
+For version ``v``: the trainer writes ``ROOT/v{v:06d}`` (a new folder every time, renamed into
+place when complete), the folder is checked against the served model's tensor names and
+shapes (a failed reload is not rolled back by vLLM and can kill the engine), then::
+
+    POST /pause?mode=keep                      in-flight requests are frozen, not dropped
+    POST /collective_rpc  reload_weights       from the new folder
+    POST /reset_prefix_cache?reset_running_requests=true
+                                               no KV computed with old weights is reused:
+                                               cached prefixes are dropped and frozen
+                                               requests are preempted, so their KV is
+                                               recomputed with the new weights on resume
+    POST /update_weight_version {"new_version": "v"}
+    POST /resume
+
+Every call's time is measured; ``publish`` returns them. Old folders beyond ``keep`` are
+removed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from envkit.errors import InfraFailure
+
+__all__ = ["PublishResult", "WeightPublisher", "safetensors_shapes"]
+
+
+@dataclass
+class PublishResult:
+    version: str
+    path: str
+    write_s: float
+    pause_s: float
+    reload_s: float
+    reset_cache_s: float
+    resume_s: float
+    total_s: float
+    served_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def safetensors_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes from the safetensors headers of a model folder."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, meta in header.items():
+            if name != "__metadata__":
+                shapes[name] = tuple(meta["shape"])
+    return shapes
+
+
+class WeightPublisher:
+    def __init__(self, url: str, root: str | Path, *, reference: str | Path, keep: int = 3, timeout: float = 300) -> None:
+        self.url = url.rstrip("/")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.expected = safetensors_shapes(Path(reference))
+        self.keep = keep
+        self.http = httpx.Client(base_url=self.url, timeout=timeout)
+        self.history: list[PublishResult] = []
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _post(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            r = self.http.post(path, **kwargs)
+        except httpx.TransportError as e:
+            raise InfraFailure("weight_publication_failed", f"vLLM does not answer {path}", error=str(e)[:300]) from None
+        if r.status_code != 200:
+            raise InfraFailure("weight_publication_failed", f"vLLM answered {r.status_code} to {path}", body=r.text[:500])
+        try:
+            data = r.json()
+        except ValueError:
+            data = {}
+        return data if isinstance(data, dict) else {"result": data}
+
+    def served_version(self) -> str:
+        r = self.http.get("/weight_info")
+        r.raise_for_status()
+        return str(r.json().get("weight_version"))
+
+    def tag(self, version: str) -> None:
+        """Name the weights vLLM serves now (e.g. "0" for the starting model)."""
+        self._post("/update_weight_version", json={"new_version": version})
+
+    def folder(self, version: int) -> Path:
+        return self.root / f"v{version:06d}"
+
+    def check(self, folder: Path) -> None:
+        got = safetensors_shapes(folder)
+        if got != self.expected:
+            missing = sorted(set(self.expected) - set(got))[:3]
+            extra = sorted(set(got) - set(self.expected))[:3]
+            wrong = sorted(k for k in set(got) & set(self.expected) if got[k] != self.expected[k])[:3]
+            raise InfraFailure("weight_publication_failed", f"refusing to load {folder}: it does not match the served model",
+                               missing=missing, unexpected=extra, wrong_shape=wrong)
+
+    def publish(self, write: Callable[[Path], Any], version: int) -> PublishResult:
+        """``write(folder)`` writes the weights (e.g. ``trainer.export``); then vLLM loads them."""
+        t0 = time.monotonic()
+        folder = self.folder(version)
+        if folder.exists():
+            raise InfraFailure("weight_publication_failed", f"{folder} already exists; every version gets a new folder")
+        write(folder)
+        self.check(folder)
+        t1 = time.monotonic()
+        self._post("/pause", params={"mode": "keep"})
+        t2 = time.monotonic()
+        try:
+            self._post("/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+            t3 = time.monotonic()
+            data = self._post("/reset_prefix_cache", params={"reset_running_requests": "true"})
+            if data.get("success") is False:
+                raise InfraFailure("weight_publication_failed", "vLLM could not reset its prefix cache")
+            t4 = time.monotonic()
+            self._post("/update_weight_version", json={"new_version": str(version)})
+        finally:
+            t5 = time.monotonic()
+            self._post("/resume")
+        t6 = time.monotonic()
+        served = self.served_version()
+        result = PublishResult(version=str(version), path=str(folder), write_s=round(t1 - t0, 4), pause_s=round(t2 - t1, 4),
+                               reload_s=round(t3 - t2, 4), reset_cache_s=round(t4 - t3, 4), resume_s=round(t6 - t5, 4),
+                               total_s=round(t6 - t0, 4), served_version=served)
+        self.history.append(result)
+        self._prune(version)
+        return result
+
+    def _prune(self, version: int) -> None:
+        for old in sorted(self.root.glob("v*")):
+            try:
+                n = int(old.name[1:])
+            except ValueError:
+                continue
+            if n <= version - self.keep:
+                shutil.rmtree(old, ignore_errors=True)

