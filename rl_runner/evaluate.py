@@ -12,7 +12,9 @@ from typing import Any
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.rollout.reuse import SandboxReuse
 from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
+from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["bootstrap_ci", "evaluate", "half_width_needed"]
 
@@ -37,15 +39,22 @@ def half_width_needed(values: list[float], target: float) -> int | None:
 
 
 def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient, tokenizer: Any, sampling: SamplingParams,
-             episodes: int, concurrency: int = 8, seed: int = 0, retries: int = 2) -> dict[str, Any]:
-    specs: list[tuple[EnvRuntime, EpisodeSpec]] = []
+             episodes: int, concurrency: int = 8, seed: int = 0, retries: int = 2,
+             sandboxes: list[SandboxReuse] | None = None) -> dict[str, Any]:
+    specs: list[tuple[int, EpisodeSpec]] = []
     for i in range(episodes):
-        runtime, tasks = envs[i % len(envs)]
+        k = i % len(envs)
+        runtime, tasks = envs[k]
         task = tasks[(i // len(envs)) % len(tasks)]
-        specs.append((runtime, EpisodeSpec(task, seed + i, f"eval/{runtime.env.ref}/{task.id}/{seed + i}")))
+        specs.append((k, EpisodeSpec(task, seed + i, f"eval/{runtime.env.ref}/{task.id}/{seed + i}")))
+
+    def one(item: tuple[int, EpisodeSpec]) -> Trajectory:
+        k, spec = item
+        return run_with_retries(envs[k][0], spec, policy=policy, tokenizer=tokenizer, sampling=sampling, max_retries=retries,
+                                sandboxes=sandboxes[k] if sandboxes else None)
+
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        trajs = list(pool.map(lambda rs: run_with_retries(rs[0], rs[1], policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                                          max_retries=retries), specs))
+        trajs = list(pool.map(one, specs))
     rewards = [float(t.reward) for t in trajs if not t.excluded and t.reward is not None]
     by_task: dict[str, list[float]] = {}
     for t in trajs:

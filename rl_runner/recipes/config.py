@@ -48,6 +48,7 @@ class AsyncSection(_Strict):
 class EvalSection(_Strict):
     episodes: int = Field(default=64, ge=0, le=100_000)
     temperature: float = Field(default=1.0, gt=0, le=5)
+    before: bool = False  # also evaluate the starting weights (eval-before.json), for a before/after comparison
 
 
 class Recipe(_Strict):

@@ -20,6 +20,7 @@ version just published).
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import threading
@@ -64,6 +65,7 @@ class TrainRun:
     version: int
     metrics: list[dict[str, Any]] = field(default_factory=list)
     eval: dict[str, Any] | None = None
+    eval_before: dict[str, Any] | None = None
 
 
 # -- setup -----------------------------------------------------------------------------------
@@ -112,14 +114,16 @@ class _Collector:
     """Runs groups of episodes on a thread pool; finished groups come out of ``ready``.
 
     ``sync``: :meth:`run_groups` submits a fixed list and waits. ``async``: :meth:`start`
-    keeps ``max_in_flight`` groups running until :meth:`stop`."""
+    keeps at most ``max_in_flight`` groups outstanding (running, or finished and not yet
+    taken by the trainer) until :meth:`stop`, so finished groups cannot pile up and grow
+    stale while the trainer is busy."""
 
     def __init__(self, envs: list[_Env], recipe: Recipe, run_episode: Callable[[_Env, EpisodeSpec], Trajectory]) -> None:
         self.envs, self.recipe, self.run_episode = envs, recipe, run_episode
         self.pool = ThreadPoolExecutor(max_workers=recipe.concurrency, thread_name_prefix="episode")
         self.ready: queue.Queue[list[Trajectory]] = queue.Queue()
         self.lock = threading.Lock()
-        self.in_flight = 0
+        self.outstanding = 0  # groups submitted and not yet taken (running or finished)
         self.next_group = 0
         self.stopping = threading.Event()
         self.space = threading.Condition(self.lock)
@@ -139,17 +143,14 @@ class _Collector:
             with self.lock:
                 left[0] -= 1
                 finished = left[0] == 0
-                if finished:
-                    self.in_flight -= 1
-                    self.space.notify_all()
             if finished:
                 self.ready.put([r for r in results if r is not None])
 
         with self.lock:
-            self.in_flight += 1
+            self.outstanding += 1
         for i in range(self.recipe.group_size):
             fut = self.pool.submit(self.run_episode, env, spec)
-            fut.add_done_callback(lambda f, i=i: done(i, f))
+            fut.add_done_callback(functools.partial(done, i))
 
     def run_groups(self, first: int, n: int) -> list[list[Trajectory]]:
         for g in range(first, first + n):
@@ -162,7 +163,7 @@ class _Collector:
         def feed() -> None:
             while not self.stopping.is_set():
                 with self.lock:
-                    while self.in_flight >= max_in_flight and not self.stopping.is_set():
+                    while self.outstanding >= max_in_flight and not self.stopping.is_set():
                         self.space.wait(timeout=0.5)
                 if self.stopping.is_set():
                     return
@@ -179,6 +180,9 @@ class _Collector:
             if isinstance(item, BaseException):
                 raise item
             out.append(item)
+            with self.lock:
+                self.outstanding -= 1
+                self.space.notify_all()
         return out
 
     def stop(self) -> int:
@@ -261,8 +265,8 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     cpu = not has_cuda()
     _check_model(recipe, cpu)
     envs = _load_envs(recipe)
-    tokenizer = AutoTokenizer.from_pretrained(recipe.model)
-    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
+    end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     s = recipe.sampling
     sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
     t = recipe.trainer
@@ -292,11 +296,24 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
                                 max_retries=recipe.retries, policy_ready=server.healthy if server else None,
                                 sandboxes=env.sandboxes)
 
+    ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
+
+    def run_eval(name: str) -> dict[str, Any]:
+        say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
+        ev = evaluate([(e.runtime, e.tasks) for e in envs], policy=policy, tokenizer=tokenizer, sampling=ev_sampling,
+                      episodes=recipe.eval.episodes, concurrency=recipe.concurrency, seed=recipe.seed + 1_000_000,
+                      retries=recipe.retries, sandboxes=[e.sandboxes for e in envs])
+        ev["version"] = version
+        (run_dir / f"{name}.json").write_text(json.dumps(ev, indent=2, sort_keys=True) + "\n")
+        return ev
+
+    result = TrainRun(run_dir=run_dir, steps=0, version=version)
+    if recipe.eval.before and recipe.eval.episodes:
+        result.eval_before = run_eval("eval-before")
     collector = _Collector(envs, recipe, run_episode)
     next_group = int(trainer.cursor.get("next_group", 0))
     if recipe.mode == "async":
         collector.start(next_group, recipe.async_.max_in_flight_groups or 2 * recipe.groups_per_step)
-    result = TrainRun(run_dir=run_dir, steps=0, version=version)
     t_run = time.monotonic()
     ckpt_dir = run_dir / "checkpoints"
     try:
@@ -378,13 +395,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
         trainer.save_checkpoint(ckpt_dir / f"step-{trainer.step:05d}")
         # evaluate the final weights
         if recipe.eval.episodes:
-            say(f"evaluating {recipe.eval.episodes} episodes …")
-            ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
-            result.eval = evaluate([(e.runtime, e.tasks) for e in envs], policy=policy, tokenizer=tokenizer,
-                                   sampling=ev_sampling, episodes=recipe.eval.episodes, concurrency=recipe.concurrency,
-                                   seed=recipe.seed + 1_000_000, retries=recipe.retries)
-            result.eval["version"] = version
-            (run_dir / "eval.json").write_text(json.dumps(result.eval, indent=2, sort_keys=True) + "\n")
+            result.eval = run_eval("eval")
     except EnvkitError:
         collector.stopping.set()
         raise

@@ -34,7 +34,7 @@ class SandboxReuse:
                 self.reused += 1
                 return self.idle.pop()
             self.created += 1
-        return self.backend.create()  # type: ignore[no-any-return]
+        return self.backend.create()
 
     def release(self, sandbox: Sandbox, *, reusable: bool) -> None:
         if reusable:

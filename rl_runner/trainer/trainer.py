@@ -72,7 +72,8 @@ class Trainer:
         self.device = torch.device(device)
         torch.manual_seed(self.config.seed)
         random.seed(self.config.seed)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[self.config.dtype]).to(self.device)
+        loaded: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[self.config.dtype])
+        self.model: Any = loaded.to(self.device)
         self.model.eval()  # no dropout: the trainer's log-probs must be the policy's
         c = self.config
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas)

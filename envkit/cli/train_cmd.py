@@ -1,0 +1,187 @@
+"""`envkit train RECIPE.yaml`, `envkit report RUN_DIR`, `envkit doctor RUN_DIR`, `envkit eval ENV`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from envkit.cli.output import console, print_json
+from envkit.errors import UserError
+
+
+def _runner() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"the RL runner is not installed ({e.name})", "pip install -e '.[cpu]' (or '.[gpu]')") from None
+
+
+def _fmt(x: Any, spec: str = ".3g") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, list):
+        return "–".join(_fmt(v, spec) for v in x)
+    return format(x, spec) if isinstance(x, float) else str(x)
+
+
+def print_doctor(run_dir: Path) -> list[dict[str, Any]]:
+    from rl_runner.doctor import run_checks
+
+    checks = run_checks(run_dir)
+    table = Table(title=f"envkit doctor {run_dir}")
+    for col in ("check", "measured", "ok when", "status"):
+        table.add_column(col)
+    colour = {"ok": "green", "warn": "yellow", "n/a": "dim"}
+    for c in checks:
+        table.add_row(c.name, c.measured, c.threshold, f"[{colour[c.status]}]{c.status}[/]")
+    console.print(table)
+    return [c.to_dict() for c in checks]
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    table = Table(title="run summary")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [("steps", summary["steps"]), ("mode", summary["mode"]), ("reward: first step", summary["reward_first"]),
+            ("reward: last step", summary["reward_last"]), ("reward: mean of last 5", summary["reward_last5_mean"]),
+            ("TTB p50 / p90 (s)", f"{_fmt(summary['ttb_s_p50'])} / {_fmt(summary['ttb_s_p90'])}"),
+            ("publication p50 / max (s)", f"{_fmt(summary['publish_s_p50'])} / {_fmt(summary['publish_s_max'])}"),
+            ("staleness KL p50 (range over steps)", summary["staleness_kl_p50_range"]),
+            ("staleness KL max (range over steps)", summary["staleness_kl_max_range"]),
+            ("max version lag", summary["version_lag_max"]), ("samples refused as stale", summary["rejected_stale"]),
+            ("mismatch KL (range)", summary["mismatch_kl_range"]), ("mismatch max |Δ log-prob|", summary["mismatch_max_abs_range"]),
+            ("infra failure rate", summary["infra_failure_rate"]), ("model failure rate", summary["model_failure_rate"])]
+    before = summary.get("eval_before")
+    if before and before.get("mean") is not None:
+        rows.append((f"eval reward before training ({before['episodes']} episodes, 95% CI)",
+                     f"{before['mean']:.3f} [{before['ci95'][0]:.3f}, {before['ci95'][1]:.3f}]"))
+    ev = summary.get("eval")
+    if ev and ev.get("mean") is not None:
+        rows.append((f"eval reward ({ev['episodes']} episodes, 95% CI)", f"{ev['mean']:.3f} [{ev['ci95'][0]:.3f}, {ev['ci95'][1]:.3f}]"))
+    for k, v in rows:
+        table.add_row(k, _fmt(v))
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("train", context_settings={"allow_extra_args": False})
+    def train_command(
+        recipe: Path = typer.Argument(..., help="Recipe YAML (e.g. rl_runner/recipes/shellcmd.yaml)."),
+        overrides: list[str] = typer.Argument(None, help="key=value settings that replace the recipe's, e.g. steps=20 trainer.lr=3e-3."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document at the end."),
+    ) -> None:
+        """Train a policy with RL on environments (GRPO; sync or async), then report and check it."""
+        _runner()
+        from rl_runner.recipes.config import load_recipe
+        from rl_runner.recipes.grpo import train
+        from rl_runner.report import write_report
+
+        r = load_recipe(recipe, overrides or [])
+
+        def on_step(m: dict[str, Any]) -> None:
+            if as_json:
+                return
+            st, mm = m["staleness"], m["mismatch"]
+            console.print(f"step {m['step']:>4}  reward {_fmt(m['reward']['mean'])}  TTB {m['ttb_s']:.1f} s  "
+                          f"train {_fmt(m['train'].get('train_s'))} s  publish {m['publish']['total_s'] * 1000:.0f} ms  "
+                          f"staleness KL p90 {_fmt(st['kl']['p90'])} (lag {','.join(st['lag']) or '-'}, refused {st['rejected']})  "
+                          f"mismatch KL {_fmt(mm.get('kl'))}  infra {m['failures']['infra']:.0%}")
+
+        run = train(r, on_step=on_step, say=(lambda _m: None) if as_json else console.print)
+        summary = write_report(run.run_dir)
+        if as_json:
+            from rl_runner.doctor import run_checks
+
+            print_json({"run_dir": str(run.run_dir), "summary": summary, "doctor": [c.to_dict() for c in run_checks(run.run_dir)]})
+            return
+        print_summary(summary)
+        print_doctor(run.run_dir)
+        console.print(f"plots: {run.run_dir / 'plots'}  ·  metrics: {run.run_dir / 'metrics.jsonl'}  ·  "
+                      f"TensorBoard: tensorboard --logdir {run.run_dir / 'tb'}")
+
+    @app.command("report")
+    def report_command(
+        run_dir: Path = typer.Argument(..., help="A run folder written by `envkit train`."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Write PNG plots (reward, TTB, staleness KL, mismatch KL, failure rates) and print a summary table."""
+        _runner()
+        from rl_runner.report import write_report
+
+        summary = write_report(run_dir)
+        if as_json:
+            print_json(summary)
+            return
+        print_summary(summary)
+        console.print(f"plots: {', '.join(summary['plots'])}")
+
+    @app.command("doctor")
+    def doctor_command(
+        run_dir: Path = typer.Argument(..., help="A run folder written by `envkit train`."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """The six readiness checks before scaling, measured from a run."""
+        _runner()
+        if as_json:
+            from rl_runner.doctor import run_checks
+
+            print_json([c.to_dict() for c in run_checks(run_dir)])
+            return
+        print_doctor(run_dir)
+
+    @app.command("eval")
+    def eval_command(
+        envs: list[str] = typer.Argument(..., help="Environment folders or ns/name@version refs."),
+        model: Path = typer.Option(..., "--model", help="Model folder."),
+        n: int = typer.Option(64, "-n", min=1, max=100_000, help="Episodes."),
+        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=512),
+        temperature: float = typer.Option(1.0, "--temperature", min=0.0, max=5.0),
+        max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=32768),
+        seed: int = typer.Option(0, "--seed"),
+        policy_url: str = typer.Option(None, "--policy-url", help="Use a running vLLM server instead of starting one."),
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Mean reward with a 95% confidence interval (bootstrap), overall and per task."""
+        _runner()
+        from transformers import AutoTokenizer
+
+        from envkit.catalog import resolve_environment
+        from envkit.runtime import EnvRuntime
+        from rl_runner.evaluate import evaluate
+        from rl_runner.policy.client import PolicyClient, SamplingParams
+        from rl_runner.policy.server import VLLMServer
+
+        if not (model / "config.json").is_file():
+            raise UserError(f"`{model}` is not a model folder (no config.json)", "create one with `envkit model tiny DIR`")
+        runtimes = [EnvRuntime(resolve_environment(e)) for e in envs]
+        tokenizer: Any = AutoTokenizer.from_pretrained(model)
+        end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+        server = None if policy_url else VLLMServer(model).start()
+        policy = PolicyClient(policy_url or server.url)  # type: ignore[union-attr]
+        try:
+            result = evaluate([(rt, list(rt.env.tasks)) for rt in runtimes], policy=policy, tokenizer=tokenizer,
+                              sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, stop_token_ids=(end_id,)),
+                              episodes=n, concurrency=concurrency, seed=seed)
+        finally:
+            policy.close()
+            if server is not None:
+                server.stop()
+        if as_json:
+            print_json(result)
+            return
+        table = Table(title=f"envkit eval: {result['scored']} scored episodes ({result['excluded']} excluded as infra failures)")
+        for col in ("task", "n", "mean reward", "95% CI"):
+            table.add_column(col)
+        for task, row in result["by_task"].items():
+            table.add_row(task, str(row["n"]), f"{row['mean']:.3f}", f"[{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]")
+        if result["mean"] is not None:
+            table.add_row("[bold]all[/]", str(result["scored"]), f"{result['mean']:.3f}",
+                          f"[{result['ci95'][0]:.3f}, {result['ci95'][1]:.3f}] (±{result['half_width']:.3f})")
+        console.print(table)
+        if result.get("episodes_for_half_width_0.05"):
+            console.print(f"about {result['episodes_for_half_width_0.05']} episodes give a 95% CI of ±0.05")

@@ -1,0 +1,166 @@
+"""`envkit report RUN_DIR`: PNG plots and a summary table from a run's ``metrics.jsonl``.
+
+Plots (``RUN_DIR/plots``): reward.png (mean reward per step, the final evaluation with its 95%
+interval), ttb.png (time to trainable batch, train and publication time per step),
+staleness_kl.png (per-sample k3 KL p50/p90/max and the mean version lag), mismatch_kl.png
+(KL and max |Δ log-prob| between vLLM and the trainer at equal versions), failures.png (infra /
+model / verifier failure rates). The summary goes to ``RUN_DIR/summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from envkit.bench import percentile
+from envkit.errors import UserError
+from rl_runner.metrics import read_metrics
+
+__all__ = ["PLOTS", "summarize_run", "write_report"]
+
+PLOTS = ("reward.png", "ttb.png", "staleness_kl.png", "mismatch_kl.png", "failures.png")
+_FLOOR = 1e-12  # log-scale plots: a KL of exactly 0 is drawn at the floor
+
+
+def _get(record: dict[str, Any], path: str) -> Any:
+    node: Any = record
+    for k in path.split("."):
+        if not isinstance(node, dict) or k not in node:
+            return None
+        node = node[k]
+    return node
+
+
+def _series(metrics: list[dict[str, Any]], path: str) -> list[float | None]:
+    return [_get(m, path) for m in metrics]
+
+
+def _range(values: list[Any]) -> list[float] | None:
+    v = [float(x) for x in values if x is not None]
+    return [min(v), max(v)] if v else None
+
+
+def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    if not run_dir.is_dir():
+        raise UserError(f"`{run_dir}` is not a folder", "give the run folder that `envkit train` printed (e.g. runs/shellcmd)")
+    metrics = read_metrics(run_dir)
+    if not metrics:
+        raise UserError(f"`{run_dir}` has no metrics.jsonl (or it is empty)", "point at a folder written by `envkit train`")
+    ev = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else None
+    before = run_dir / "eval-before.json"
+    if ev is not None and before.is_file():
+        ev["before"] = json.loads(before.read_text())
+    return metrics, ev
+
+
+def summarize_run(metrics: list[dict[str, Any]], ev: dict[str, Any] | None) -> dict[str, Any]:
+    rewards = [r for r in _series(metrics, "reward.mean") if r is not None]
+    ttb = [float(x) for x in _series(metrics, "ttb_s") if x is not None]
+    pub = [float(x) for x in _series(metrics, "publish.total_s") if x is not None]
+    kl_max = _range(_series(metrics, "staleness.kl.max"))
+    return {
+        "steps": len(metrics), "mode": metrics[-1].get("mode"), "final_version": metrics[-1].get("version"),
+        "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
+        "reward_last5_mean": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
+        "ttb_s_p50": percentile(ttb, 50) if ttb else None, "ttb_s_p90": percentile(ttb, 90) if ttb else None,
+        "publish_s_p50": percentile(pub, 50) if pub else None, "publish_s_max": max(pub) if pub else None,
+        "staleness_kl_p50_range": _range(_series(metrics, "staleness.kl.p50")),
+        "staleness_kl_max_range": kl_max,
+        "version_lag_max": max((int(k) for m in metrics for k in (_get(m, "staleness.lag") or {})), default=None),
+        "rejected_stale": sum(int(_get(m, "staleness.rejected") or 0) for m in metrics),
+        "mismatch_kl_range": _range(_series(metrics, "mismatch.kl")),
+        "mismatch_max_abs_range": _range(_series(metrics, "mismatch.max_abs")),
+        "infra_failure_rate": _mean_of(_series(metrics, "failures.infra")),
+        "model_failure_rate": _mean_of(_series(metrics, "failures.model")),
+        "eval": None if ev is None else {k: ev.get(k) for k in ("episodes", "mean", "ci95", "half_width", "version")},
+        "eval_before": None if not ev or not ev.get("before") else
+        {k: ev["before"].get(k) for k in ("episodes", "mean", "ci95", "half_width", "version")},
+    }
+
+
+def _mean_of(values: list[Any]) -> float | None:
+    v = [float(x) for x in values if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def write_report(run_dir: Path) -> dict[str, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics, ev = load_run(run_dir)
+    out = run_dir / "plots"
+    out.mkdir(exist_ok=True)
+    steps = [int(m["step"]) for m in metrics]
+
+    def floor(values: list[Any]) -> list[float]:
+        return [max(_FLOOR, float(v)) if v is not None else float("nan") for v in values]
+
+    def nan(values: list[Any]) -> list[float]:
+        return [float(v) if v is not None else float("nan") for v in values]
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, nan(_series(metrics, "reward.mean")), marker="o", ms=3, label="batch mean reward")
+    if ev and ev.get("mean") is not None:
+        lo, hi = ev["ci95"]
+        ax.errorbar([steps[-1]], [ev["mean"]], yerr=[[ev["mean"] - lo], [hi - ev["mean"]]], fmt="s", color="C3", capsize=4,
+                    label=f"eval ({ev['episodes']} episodes, 95% CI)")
+    if ev and ev.get("before") and ev["before"].get("mean") is not None:
+        b = ev["before"]
+        ax.errorbar([0], [b["mean"]], yerr=[[b["mean"] - b["ci95"][0]], [b["ci95"][1] - b["mean"]]], fmt="s", color="C2",
+                    capsize=4, label="eval before training")
+    ax.set(xlabel="step", ylabel="reward", title="Reward", ylim=(-0.02, 1.02))
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / "reward.png", dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, nan(_series(metrics, "ttb_s")), marker="o", ms=3, label="time to trainable batch")
+    ax.plot(steps, nan(_series(metrics, "train.train_s")), marker="o", ms=3, label="train step")
+    ax.plot(steps, nan(_series(metrics, "publish.total_s")), marker="o", ms=3, label="weight publication")
+    ax.set(xlabel="step", ylabel="seconds", title="Time per step", yscale="log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "ttb.png", dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for q in ("p50", "p90", "max"):
+        ax.plot(steps, floor(_series(metrics, f"staleness.kl.{q}")), marker="o", ms=3, label=f"staleness KL {q}")
+    ax.set(xlabel="step", ylabel="k3 KL(behaviour ‖ trainer)", title="Staleness", yscale="log")
+    lag = [sum(int(k) * n for k, n in (_get(m, "staleness.lag") or {}).items()) / max(1, sum((_get(m, "staleness.lag") or {}).values()))
+           for m in metrics]
+    ax2 = ax.twinx()
+    ax2.plot(steps, lag, color="C4", ls="--", label="mean version lag")
+    ax2.set_ylabel("versions")
+    ax.legend(loc="upper left")
+    ax2.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out / "staleness_kl.png", dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(steps, floor(_series(metrics, "mismatch.kl")), marker="o", ms=3, label="KL (probe, equal versions)")
+    ax.plot(steps, floor(_series(metrics, "mismatch.max_abs")), marker="o", ms=3, label="max |Δ log-prob|")
+    ax.set(xlabel="step", ylabel="vLLM vs trainer", title="Numerical mismatch", yscale="log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "mismatch_kl.png", dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("infra", "infra (excluded)"), ("retried", "retried"), ("model", "model"), ("verifier", "verifier")):
+        ax.plot(steps, nan(_series(metrics, f"failures.{key}")), marker="o", ms=3, label=label)
+    ax.set(xlabel="step", ylabel="share of episodes", title="Failure rates", ylim=(-0.02, 1.02))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "failures.png", dpi=100)
+    plt.close(fig)
+
+    summary = summarize_run(metrics, ev)
+    summary["plots"] = [str(out / p) for p in PLOTS]
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary

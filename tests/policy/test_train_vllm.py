@@ -1,0 +1,149 @@
+"""The training loop against real vLLM (CPU build) and real Docker: weight publication with
+version round trip and no stale prefix cache, the toy environment learning, and a sync and an
+async run of 20 steps each followed by `envkit report` and `envkit doctor`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_runner.policy.tiny import TinySpec, write_tiny_model
+
+from ..conftest import ROOT
+
+pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
+
+RECIPE = ROOT / "rl_runner" / "recipes" / "shellcmd.yaml"
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models") / "tiny-shellcmd"
+    info = write_tiny_model(folder, TinySpec(seed=0), warmup_steps=300)
+    assert info["warmup_loss"] < 1.2
+    return folder
+
+
+def test_publication_round_trip_and_no_stale_prefix(warm: Path, tmp_path: Path):
+    """Generate on a long prompt (its KV lands in the prefix cache), train a step, publish:
+    the same prompt's new generation reports the new version and its log-probs match the
+    trainer's new weights, not the old ones."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from rl_runner.policy.client import PolicyClient, SamplingParams
+    from rl_runner.policy.server import VLLMServer
+    from rl_runner.publish import WeightPublisher
+    from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
+
+    tok = AutoTokenizer.from_pretrained(warm)
+    text = "list every file in this folder, hidden ones too, sorted by time, in long format please " * 3
+    prompt = tok.encode(f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    assert len(prompt) > 64  # several full KV blocks to cache
+    params = SamplingParams(max_tokens=6, temperature=0.7)
+    with VLLMServer(warm, log_path=tmp_path / "vllm.log") as server:
+        policy = PolicyClient(server.url)
+        publisher = WeightPublisher(server.url, tmp_path / "weights", reference=warm)
+        publisher.tag("0")
+        trainer = Trainer(warm, TrainerConfig(temperature=0.7, lr=1e-2))
+        before = policy.generate(prompt, params)
+        assert set(before.weight_versions) == {"0"}
+        sample = Sample(prompt, before.token_ids, [1] * len(before.token_ids), before.logprobs, advantage=1.0)
+        old = trainer.logprobs([sample])[0]
+        assert (old - torch.tensor(before.logprobs)).abs().max() < 1e-4  # aligned numerics at v0
+        trainer.train_step([sample])
+        result = publisher.publish(trainer.export, 1)
+        assert result.served_version == "1" and result.total_s < 30
+        assert Path(result.path).name == "v000001"
+        after = policy.generate(prompt, params)
+        assert set(after.weight_versions) == {"1"}
+        s2 = Sample(prompt, after.token_ids, [1] * len(after.token_ids), after.logprobs)
+        new_trainer = trainer.logprobs([s2])[0]
+        vllm_lp = torch.tensor(after.logprobs)
+        assert (new_trainer - vllm_lp).abs().max() < 1e-4
+        # the old weights would give visibly different numbers: the check above can fail
+        old_trainer = Trainer(warm, TrainerConfig(temperature=0.7)).logprobs([s2])[0]
+        assert (old_trainer - vllm_lp).abs().max() > 1e-2
+        # a second version gets a new folder; a reused folder is refused
+        trainer.train_step([sample])
+        assert publisher.publish(trainer.export, 2).served_version == "2"
+        from envkit.errors import InfraFailure
+
+        with pytest.raises(InfraFailure, match="already exists"):
+            publisher.publish(trainer.export, 2)
+        publisher.close()
+        policy.close()
+
+
+def test_toy_environment_learns(warm: Path, tmp_path: Path):
+    """environments/shellcmd, task git-status, fixed seed: the mean reward starts below 0.1
+    and the final evaluation (64 episodes) is above 0.6."""
+    from rl_runner.recipes.config import load_recipe
+    from rl_runner.recipes.grpo import train
+
+    recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "steps=16", "trainer.lr=2e-3",
+                                  "eval.episodes=64", "checkpoint_every=0"])
+    run = train(recipe)
+    rewards = [m["reward"]["mean"] for m in run.metrics]
+    assert rewards[0] < 0.1, rewards
+    assert run.eval is not None and run.eval["mean"] > 0.6, (rewards, run.eval)
+    assert all(m["failures"]["infra"] == 0 for m in run.metrics)
+
+
+def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ), timeout=timeout)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: str):
+    run_dir = tmp_path / mode
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", f"mode={mode}", "steps=20", "groups_per_step=2",
+                "group_size=4", "concurrency=4", "eval.episodes=16", "checkpoint_every=10", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == list(range(1, 21))
+    assert [m["version"] for m in metrics] == list(range(1, 21))
+    assert all(m["publish"]["served_version"] == str(m["version"]) for m in metrics)
+    assert all(m["mismatch"]["round_trip_ok"] for m in metrics)
+    assert max(m["mismatch"]["kl"] for m in metrics) < 1e-3
+    lags = {int(k) for m in metrics for k in m["staleness"]["lag"]}
+    if mode == "sync":
+        assert lags == {0}  # on-policy: collected with the weights being trained
+    else:
+        assert max(lags) >= 1  # collection ran ahead of training
+        assert all(m["staleness"]["kl_max"] == 0.05 for m in metrics)
+    assert (run_dir / "checkpoints" / "step-00010" / "trainer.json").is_file()
+    assert (run_dir / "checkpoints" / "step-00020" / "trainer.json").is_file()
+    assert list((run_dir / "tb").iterdir())  # TensorBoard event files
+
+    # `envkit report` writes the plots; `envkit doctor` prints six checks with numbers
+    rep = _cli("report", str(run_dir), "--json", timeout=300)
+    assert rep.returncode == 0, rep.stderr
+    for name in ("reward.png", "ttb.png", "staleness_kl.png", "mismatch_kl.png", "failures.png"):
+        png = run_dir / "plots" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    doc = _cli("doctor", str(run_dir), "--json", timeout=300)
+    checks = json.loads(doc.stdout)
+    assert [c["name"] for c in checks] == ["batch readiness", "policy freshness", "numerical alignment",
+                                           "environment reliability", "weight publication", "evaluation precision"]
+    assert all(c["status"] in ("ok", "warn") for c in checks), checks  # each one measured
+    assert out["doctor"] == checks
+    human = _cli("doctor", str(run_dir), timeout=300)
+    assert "numerical alignment" in human.stdout and "Traceback" not in human.stderr
+
+
+def test_bad_recipe_is_a_clear_error(tmp_path: Path):
+    bad = tmp_path / "r.yaml"
+    bad.write_text("model: nowhere\nenvs: [environments/shellcmd]\nsteps: -1\n")
+    proc = _cli("train", str(bad), timeout=120)
+    assert proc.returncode == 2
+    assert "steps" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("report", str(tmp_path), timeout=120)
+    assert proc.returncode == 2 and "no metrics.jsonl" in proc.stderr
