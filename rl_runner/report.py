@@ -84,6 +84,15 @@ def _mean_of(values: list[Any]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
+def _save(fig: Any, ax: Any, path: Path, loc: str = "best") -> None:
+    import matplotlib.pyplot as plt
+
+    ax.legend(loc=loc)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def write_report(run_dir: Path) -> dict[str, Any]:
     import matplotlib
 
@@ -112,20 +121,14 @@ def write_report(run_dir: Path) -> dict[str, Any]:
         ax.errorbar([0], [b["mean"]], yerr=[[b["mean"] - b["ci95"][0]], [b["ci95"][1] - b["mean"]]], fmt="s", color="C2",
                     capsize=4, label="eval before training")
     ax.set(xlabel="step", ylabel="reward", title="Reward", ylim=(-0.02, 1.02))
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(out / "reward.png", dpi=100)
-    plt.close(fig)
+    _save(fig, ax, out / "reward.png", loc="lower right")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, nan(_series(metrics, "ttb_s")), marker="o", ms=3, label="time to trainable batch")
     ax.plot(steps, nan(_series(metrics, "train.train_s")), marker="o", ms=3, label="train step")
     ax.plot(steps, nan(_series(metrics, "publish.total_s")), marker="o", ms=3, label="weight publication")
     ax.set(xlabel="step", ylabel="seconds", title="Time per step", yscale="log")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "ttb.png", dpi=100)
-    plt.close(fig)
+    _save(fig, ax, out / "ttb.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for q in ("p50", "p90", "max"):
@@ -136,29 +139,20 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     ax2 = ax.twinx()
     ax2.plot(steps, lag, color="C4", ls="--", label="mean version lag")
     ax2.set_ylabel("versions")
-    ax.legend(loc="upper left")
     ax2.legend(loc="upper right")
-    fig.tight_layout()
-    fig.savefig(out / "staleness_kl.png", dpi=100)
-    plt.close(fig)
+    _save(fig, ax, out / "staleness_kl.png", loc="upper left")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, floor(_series(metrics, "mismatch.kl")), marker="o", ms=3, label="KL (probe, equal versions)")
     ax.plot(steps, floor(_series(metrics, "mismatch.max_abs")), marker="o", ms=3, label="max |Δ log-prob|")
     ax.set(xlabel="step", ylabel="vLLM vs trainer", title="Numerical mismatch", yscale="log")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "mismatch_kl.png", dpi=100)
-    plt.close(fig)
+    _save(fig, ax, out / "mismatch_kl.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for key, label in (("infra", "infra (excluded)"), ("retried", "retried"), ("model", "model"), ("verifier", "verifier")):
         ax.plot(steps, nan(_series(metrics, f"failures.{key}")), marker="o", ms=3, label=label)
     ax.set(xlabel="step", ylabel="share of episodes", title="Failure rates", ylim=(-0.02, 1.02))
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "failures.png", dpi=100)
-    plt.close(fig)
+    _save(fig, ax, out / "failures.png")
 
     summary = summarize_run(metrics, ev)
     summary["plots"] = [str(out / p) for p in PLOTS]

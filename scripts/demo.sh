@@ -37,6 +37,6 @@ $E publish environments/shellcmd
 # Train on the *published* environment: with no local folders on the search path, the ref
 # envkit/shellcmd@1.0.0 is pulled from the registry (digest and image ID checked).
 ENVKIT_PATH="$DEMO/no-local-envs" $E train rl_runner/recipes/shellcmd.yaml \
-  'envs=[{ref: "envkit/shellcmd@1.0.0", tasks: [disk-free]}]' run_dir="$DEMO/run" steps=8 eval.episodes=64 eval.before=true
+  'envs=[{ref: "envkit/shellcmd@1.0.0", tasks: [system-info]}]' run_dir="$DEMO/run" steps=8 eval.episodes=64
 $E report "$DEMO/run" > /dev/null
 echo "plots: $(ls "$DEMO"/run/plots/*.png | tr '\n' ' ')"

@@ -25,6 +25,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks, tests)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": self.temperature, "top_p": self.top_p,
@@ -33,6 +34,8 @@ class SamplingParams:
             out["seed"] = self.seed
         if self.stop_token_ids:
             out["stop_token_ids"] = list(self.stop_token_ids)
+        if self.ignore_eos:
+            out["ignore_eos"] = True
         return out
 
 

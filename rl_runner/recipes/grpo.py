@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.catalog import resolve_environment
-from envkit.errors import EnvkitError, UserError
+from envkit.errors import EnvkitError, InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.evaluate import evaluate
@@ -135,6 +135,8 @@ class _Collector:
         left = [self.recipe.group_size]
 
         def done(i: int, fut: Future[Trajectory]) -> None:
+            if fut.cancelled():  # shutting down
+                return
             error = fut.exception()
             if error is not None:  # a bug, not an episode outcome: surface it in the main thread
                 self.ready.put(error)  # type: ignore[arg-type]
@@ -317,19 +319,20 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     t_run = time.monotonic()
     ckpt_dir = run_dir / "checkpoints"
     try:
-        first = trainer.step
-        for step in range(first + 1, first + recipe.steps + 1):
+        last = trainer.step + recipe.steps
+        refused = {"batches": 0, "samples": 0, "episodes": 0}  # async batches with nothing admitted, carried into the next record
+        t0 = time.monotonic()
+        while trainer.step < last:
+            step = trainer.step + 1
             # collect
-            t0 = time.monotonic()
             if recipe.mode == "sync":
                 groups = collector.run_groups(next_group, recipe.groups_per_step)
                 next_group += recipe.groups_per_step
             else:
                 groups = collector.take(recipe.groups_per_step)
                 next_group = collector.next_group
-            ttb = time.monotonic() - t0
+            ttb = time.monotonic() - t0  # since the previous step ended (refused batches included): the trainer's wait
             trajs = [tr for grp in groups for tr in grp]
-            write_jsonl(run_dir / "trajectories" / f"step-{step:05d}.jsonl", trajs)
 
             # measure: staleness (version lag, KL to the trainer's current weights)
             usable = [tr for tr in trajs if not tr.excluded and tr.reward is not None and tr.generated_tokens > 0]
@@ -349,8 +352,21 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
                                strict=True):
                 sm.advantage = adv
 
+            if not batch:
+                # Nothing trainable (async: every sample refused as stale; or every episode
+                # excluded): no optimizer step, no new version. Count it and collect again.
+                refused["batches"] += 1
+                refused["samples"] += len(samples)
+                refused["episodes"] += len(trajs)
+                write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-refused-{refused['batches']}.jsonl", trajs)
+                if refused["batches"] >= 20:
+                    raise InfraFailure("no_trainable_batch", f"20 batches in a row had nothing to train on before step {step}",
+                                       outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=recipe.async_.kl_max)
+                continue
+            write_jsonl(run_dir / "trajectories" / f"step-{step:05d}.jsonl", trajs)
+
             # train
-            stats = trainer.train_step(batch) if batch else {"skipped": True}
+            stats = trainer.train_step(batch)
 
             # publish, then probe the mismatch at equal versions
             version = trainer.step
@@ -366,7 +382,8 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
             kls = [d["kl"] for d in div]
             record = {
                 "step": step, "version": version, "mode": recipe.mode, "wall_s": round(time.monotonic() - t_run, 3),
-                "ttb_s": round(ttb, 4), "episodes": len(trajs), "trainable": len(batch),
+                "ttb_s": round(ttb, 4), "episodes": len(trajs),
+                "trainable": len(batch), "refused_batches": refused["batches"], "refused_episodes": refused["episodes"],
                 "reward": {"mean": sum(all_rewards) / len(all_rewards) if all_rewards else None,
                            "by_env": {e.runtime.env.ref: _mean([float(tr.reward) for tr in usable  # type: ignore[arg-type]
                                                                 if tr.env_ref == e.runtime.env.ref]) for e in envs}},
@@ -374,7 +391,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
                 "outcomes": dict(Counter(tr.outcome for tr in trajs)),
                 "failures": _failure_rates(trajs),
                 "staleness": {"kl": distribution(kls), "lag": {str(k): v for k, v in sorted(Counter(lags).items())},
-                              "admitted": sum(admit), "rejected": len(admit) - sum(admit),
+                              "admitted": sum(admit), "rejected": len(admit) - sum(admit) + refused["samples"],
                               "kl_max": recipe.async_.kl_max if recipe.mode == "async" else None},
                 "mismatch": mismatch,
                 "mismatch_batch": _lag0(div, lags),
@@ -389,6 +406,8 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
                 on_step(record)
             if recipe.checkpoint_every and step % recipe.checkpoint_every == 0:
                 trainer.save_checkpoint(ckpt_dir / f"step-{step:05d}")
+            refused = {"batches": 0, "samples": 0, "episodes": 0}
+            t0 = time.monotonic()
         unused = collector.stop() if recipe.mode == "async" else 0
         if unused:
             say(f"{unused} finished group(s) were collected after the last step and not trained on")

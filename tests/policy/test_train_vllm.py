@@ -81,15 +81,17 @@ def test_publication_round_trip_and_no_stale_prefix(warm: Path, tmp_path: Path):
 
 
 def test_toy_environment_learns(warm: Path, tmp_path: Path):
-    """environments/shellcmd, task git-status, fixed seed: the mean reward starts below 0.1
-    and the final evaluation (64 episodes) is above 0.6."""
+    """The bundled recipe (environments/shellcmd, task system-info, fixed seeds): the
+    evaluation of the starting weights (128 episodes) is below 0.1, the one after 16 steps
+    above 0.6."""
     from rl_runner.recipes.config import load_recipe
     from rl_runner.recipes.grpo import train
 
-    recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "steps=16", "trainer.lr=2e-3",
-                                  "eval.episodes=64", "checkpoint_every=0"])
+    recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "checkpoint_every=0"])
+    assert (recipe.steps, recipe.eval.episodes, recipe.eval.before) == (16, 128, True)
     run = train(recipe)
     rewards = [m["reward"]["mean"] for m in run.metrics]
+    assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, rewards)
     assert rewards[0] < 0.1, rewards
     assert run.eval is not None and run.eval["mean"] > 0.6, (rewards, run.eval)
     assert all(m["failures"]["infra"] == 0 for m in run.metrics)
@@ -104,7 +106,7 @@ def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
 def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: str):
     run_dir = tmp_path / mode
     proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", f"mode={mode}", "steps=20", "groups_per_step=2",
-                "group_size=4", "concurrency=4", "eval.episodes=16", "checkpoint_every=10", "--json")
+                "group_size=4", "concurrency=4", "eval.episodes=16", "eval.before=false", "checkpoint_every=10", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -147,3 +149,42 @@ def test_bad_recipe_is_a_clear_error(tmp_path: Path):
     assert "steps" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli("report", str(tmp_path), timeout=120)
     assert proc.returncode == 2 and "no metrics.jsonl" in proc.stderr
+
+
+def test_in_flight_generation_is_kept_across_an_update(warm: Path, tmp_path: Path):
+    """A long generation running while weights are published is paused, not aborted: it
+    finishes with its full length, its first tokens tagged with the old version and its last
+    ones with the new."""
+    import threading
+    import time
+
+    from transformers import AutoTokenizer
+
+    from rl_runner.policy.client import PolicyClient, SamplingParams
+    from rl_runner.policy.server import VLLMServer
+    from rl_runner.publish import WeightPublisher
+    from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
+
+    tok = AutoTokenizer.from_pretrained(warm)
+    prompt = tok.encode("<|im_start|>user\nwrite a lot<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+    with VLLMServer(warm, log_path=tmp_path / "vllm.log") as server:
+        policy = PolicyClient(server.url)
+        publisher = WeightPublisher(server.url, tmp_path / "weights", reference=warm)
+        publisher.tag("0")
+        trainer = Trainer(warm, TrainerConfig(lr=1e-3))
+        trainer.train_step([Sample(prompt, [5, 6, 7], [1, 1, 1], [-6.0, -6.0, -6.0], advantage=1.0)])
+        out: dict[str, object] = {}
+        worker = threading.Thread(target=lambda: out.update(gen=policy.generate(prompt, SamplingParams(max_tokens=3000, ignore_eos=True))))
+        worker.start()
+        time.sleep(1.0)
+        assert worker.is_alive(), "the generation ended before the update; the test needs a longer one"
+        publisher.publish(trainer.export, 1)
+        worker.join(timeout=300)
+        gen = out["gen"]
+        versions = gen.weight_versions  # type: ignore[attr-defined]
+        assert len(versions) == 3000 and gen.finish_reason == "length"  # type: ignore[attr-defined]
+        assert versions[0] == "0" and versions[-1] == "1"
+        switch = versions.index("1")
+        assert set(versions[:switch]) == {"0"} and set(versions[switch:]) == {"1"}
+        publisher.close()
+        policy.close()
