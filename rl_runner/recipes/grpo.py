@@ -71,10 +71,11 @@ class TrainRun:
 # -- setup -----------------------------------------------------------------------------------
 
 
-def _load_envs(recipe: Recipe) -> list[_Env]:
+def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
     out = []
     for entry in recipe.envs:
         runtime = EnvRuntime(resolve_environment(entry.ref))
+        say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
         by_id = {t.id: t for t in runtime.env.tasks}
         if entry.tasks:
             unknown = [t for t in entry.tasks if t not in by_id]
@@ -266,7 +267,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
 
     cpu = not has_cuda()
     _check_model(recipe, cpu)
-    envs = _load_envs(recipe)
+    envs = _load_envs(recipe, say)
     tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     s = recipe.sampling
