@@ -112,10 +112,11 @@ class WeightPublisher:
             raise InfraFailure("weight_publication_failed", f"refusing to load {folder}: it does not match the served model",
                                missing=missing, unexpected=extra, wrong_shape=wrong)
 
-    def publish(self, write: Callable[[Path], Any], version: int) -> PublishResult:
-        """``write(folder)`` writes the weights (e.g. ``trainer.export``); then vLLM loads them."""
+    def publish(self, write: Callable[[Path], Any], version: int, *, name: str | None = None) -> PublishResult:
+        """``write(folder)`` writes the weights (e.g. ``trainer.export``); then vLLM loads them.
+        ``name`` overrides the folder name (a resumed run republishes its checkpoint's version)."""
         t0 = time.monotonic()
-        folder = self.folder(version)
+        folder = self.root / name if name else self.folder(version)
         if folder.exists():
             raise InfraFailure("weight_publication_failed", f"{folder} already exists; every version gets a new folder")
         write(folder)

@@ -20,6 +20,7 @@ version just published).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import queue
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.catalog import resolve_environment
-from envkit.errors import EnvkitError, InfraFailure, UserError
+from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.evaluate import evaluate
@@ -269,28 +270,41 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     _check_model(recipe, cpu)
     envs = _load_envs(recipe, say)
     tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
-    end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    s = recipe.sampling
-    sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
-                                                  is_cap=t.is_cap, temperature=s.temperature, dtype=recipe.dtype,
+                                                  is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
                                                   micro_batch=t.micro_batch, seed=recipe.seed),
                       device="cuda" if not cpu else "cpu")
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)
-    server = None
-    if recipe.policy_url is None:
-        say(f"starting vLLM for {recipe.model} …")
-        server = VLLMServer(recipe.model, log_path=run_dir / "vllm.log",
-                            extra_args=[] if cpu else ["--dtype", recipe.dtype]).start()
-    url = recipe.policy_url or server.url  # type: ignore[union-attr]
-    policy = PolicyClient(url)
-    publisher = WeightPublisher(url, run_dir / "weights", reference=recipe.model)
-    metrics = MetricsLog(run_dir)
+    with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
+        for e in envs:
+            cleanup.callback(e.sandboxes.close)
+        server = None
+        if recipe.policy_url is None:
+            say(f"starting vLLM for {recipe.model} …")
+            server = VLLMServer(recipe.model, log_path=run_dir / "vllm.log",
+                                extra_args=[] if cpu else ["--dtype", recipe.dtype]).start()
+            cleanup.callback(server.stop)
+        url = recipe.policy_url or server.url  # type: ignore[union-attr]
+        policy = PolicyClient(url)
+        cleanup.callback(policy.close)
+        publisher = WeightPublisher(url, run_dir / "weights", reference=recipe.model)
+        cleanup.callback(publisher.close)
+        metrics = MetricsLog(run_dir)
+        cleanup.callback(metrics.close)
+        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, publisher, metrics, server, on_step, say)
+
+
+def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tokenizer: Any, policy: PolicyClient,
+          publisher: WeightPublisher, metrics: MetricsLog, server: VLLMServer | None,
+          on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
+    s = recipe.sampling
+    end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
     version = trainer.step
-    if recipe.resume is not None:
-        publisher.publish(trainer.export, version)  # vLLM serves the checkpoint's weights
+    if recipe.resume is not None:  # vLLM serves the checkpoint's weights, from a folder of their own
+        publisher.publish(trainer.export, version, name=f"v{version:06d}-resumed-{time.strftime('%Y%m%d-%H%M%S')}")
     else:
         publisher.tag(str(version))
 
@@ -416,20 +430,9 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
         # evaluate the final weights
         if recipe.eval.episodes:
             result.eval = run_eval("eval")
-    except EnvkitError:
-        collector.stopping.set()
-        raise
     finally:
-        if not collector.stopping.is_set():
-            collector.stopping.set()
+        collector.stopping.set()
         collector.pool.shutdown(wait=False, cancel_futures=True)
-        for e in envs:
-            e.sandboxes.close()
-        metrics.close()
-        publisher.close()
-        policy.close()
-        if server is not None:
-            server.stop()
     return result
 
 

@@ -188,3 +188,23 @@ def test_in_flight_generation_is_kept_across_an_update(warm: Path, tmp_path: Pat
         assert set(versions[:switch]) == {"0"} and set(versions[switch:]) == {"1"}
         publisher.close()
         policy.close()
+
+
+def test_resume_continues_steps_versions_and_data(warm: Path, tmp_path: Path):
+    """2 steps, then `resume:` from the step-2 checkpoint for 2 more in the same run folder:
+    steps and versions continue (3, 4), the data cursor continues (no group is reused) and vLLM
+    serves the checkpoint's weights from a folder of their own."""
+    run_dir = tmp_path / "run"
+    common = [f"model={warm}", f"run_dir={run_dir}", "groups_per_step=1", "group_size=2", "concurrency=2", "eval.episodes=0",
+              "eval.before=false", "steps=2", "--json"]
+    first = _cli("train", str(RECIPE), *common, "checkpoint_every=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = _cli("train", str(RECIPE), *common, f"resume={run_dir / 'checkpoints' / 'step-00002'}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4] and [m["version"] for m in metrics] == [1, 2, 3, 4]
+    groups = [json.loads(line)["group_id"] for step in range(1, 5)
+              for line in (run_dir / "trajectories" / f"step-{step:05d}.jsonl").read_text().splitlines()]
+    assert len(set(groups)) == 4  # one new group per step, none repeated after the resume
+    assert list((run_dir / "weights").glob("v000002-resumed-*"))
+    assert all(m["mismatch"]["round_trip_ok"] for m in metrics[2:])
