@@ -192,8 +192,10 @@ class Episode:
             self._browser = None
 
     def answer(self, text: str) -> None:
-        """The `answer` tool: the agent's final answer to a question task (capped at 4 KiB)."""
-        self.answer_text = str(text)[:4096]
+        """The `answer` tool: the agent's final answer to a question task (capped at 4 KiB).
+        It reaches the verifier as an environment variable, which cannot hold NUL: those are
+        dropped (a model's reply can contain any byte)."""
+        self.answer_text = str(text).replace("\x00", "")[:4096]
         self.steps.append(StepRecord(f"answer {self.answer_text[:200]}", 0, "", "", 0.0, None))
 
     def verify(self) -> VerifyResult:

@@ -189,3 +189,20 @@ def test_container_killed_during_a_command_is_infra(pyfix_runtime, client):
     result = run_episode(pyfix_runtime, pyfix_runtime.env.task("fix-median"), 0, KillMidCommand())
     assert result.outcome == "infra_failure:container_lost", result
     assert result.reward is None
+
+
+def test_an_answer_with_any_bytes_reaches_the_verifier(client):
+    """A model's reply can hold any byte; a NUL in the answer once made the verifier's exec
+    fail, and the model's output was taken for an infra failure. It is dropped instead."""
+    runtime = EnvRuntime(load_environment(ROOT / "environments" / "shellcmd"), client=client)
+    runtime.backend.labels.update(TEST_LABEL)
+    task = runtime.env.task("system-info")
+    sandbox = runtime.backend.create()
+    try:
+        episode = runtime.episode(task, 0, sandbox, "test")
+        episode.reset()
+        episode.answer("uname\x00 -a\n\x01junk")
+        result = episode.verify()
+        assert result.reward == 1.0 and result.details["given"] == "uname -a"
+    finally:
+        sandbox.destroy()
