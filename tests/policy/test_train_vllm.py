@@ -80,6 +80,7 @@ def test_publication_round_trip_and_no_stale_prefix(warm: Path, tmp_path: Path):
         policy.close()
 
 
+@pytest.mark.timeout(1800)  # ~6.5 min here; room for a slower machine
 def test_toy_environment_learns(warm: Path, tmp_path: Path):
     """The bundled recipe (environments/shellcmd, task system-info, fixed seeds): the
     evaluation of the starting weights (128 episodes) is below 0.1, the one after 16 steps
@@ -102,6 +103,7 @@ def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ), timeout=timeout)
 
 
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: str):
     run_dir = tmp_path / mode
