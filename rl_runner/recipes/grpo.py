@@ -336,6 +336,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     try:
         last = trainer.step + recipe.steps
         refused = {"batches": 0, "samples": 0, "episodes": 0}  # async batches with nothing admitted, carried into the next record
+        refused_trajs: list[Trajectory] = []  # their episodes count in the next record's failure rates
         t0 = time.monotonic()
         while trainer.step < last:
             step = trainer.step + 1
@@ -373,6 +374,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
                 refused["batches"] += 1
                 refused["samples"] += len(samples)
                 refused["episodes"] += len(trajs)
+                refused_trajs.extend(trajs)
                 write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-refused-{refused['batches']}.jsonl", trajs)
                 if refused["batches"] >= 20:
                     raise InfraFailure("no_trainable_batch", f"20 batches in a row had nothing to train on before step {step}",
@@ -404,7 +406,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
                                                                 if tr.env_ref == e.runtime.env.ref]) for e in envs}},
                 "episode_s": distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
                 "outcomes": dict(Counter(tr.outcome for tr in trajs)),
-                "failures": _failure_rates(trajs),
+                "failures": _failure_rates(refused_trajs + trajs),
                 "staleness": {"kl": distribution(kls), "lag": {str(k): v for k, v in sorted(Counter(lags).items())},
                               "admitted": sum(admit), "rejected": len(admit) - sum(admit) + refused["samples"],
                               "kl_max": recipe.async_.kl_max if recipe.mode == "async" else None},
@@ -422,6 +424,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
             if recipe.checkpoint_every and step % recipe.checkpoint_every == 0:
                 trainer.save_checkpoint(ckpt_dir / f"step-{step:05d}")
             refused = {"batches": 0, "samples": 0, "episodes": 0}
+            refused_trajs = []
             t0 = time.monotonic()
         unused = collector.stop() if recipe.mode == "async" else 0
         if unused:
