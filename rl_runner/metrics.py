@@ -11,13 +11,17 @@ from typing import Any
 
 from envkit.bench import percentile
 
-__all__ = ["MetricsLog", "distribution", "read_metrics"]
+__all__ = ["MetricsLog", "distribution", "mean_or_none", "read_metrics"]
+
+
+def mean_or_none(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def distribution(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "max": None}
-    return {"n": len(values), "mean": sum(values) / len(values), "p10": percentile(values, 10), "p50": percentile(values, 50),
+    return {"n": len(values), "mean": mean_or_none(values), "p10": percentile(values, 10), "p50": percentile(values, 50),
             "p90": percentile(values, 90), "max": max(values)}
 
 

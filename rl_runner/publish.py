@@ -20,9 +20,7 @@ removed.
 
 from __future__ import annotations
 
-import json
 import shutil
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,14 +52,13 @@ class PublishResult:
 
 def safetensors_shapes(folder: Path) -> dict[str, tuple[int, ...]]:
     """Tensor names and shapes from the safetensors headers of a model folder."""
+    from safetensors import safe_open
+
     shapes: dict[str, tuple[int, ...]] = {}
     for f in sorted(folder.glob("*.safetensors")):
-        with open(f, "rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for name, meta in header.items():
-            if name != "__metadata__":
-                shapes[name] = tuple(meta["shape"])
+        with safe_open(str(f), "pt") as fh:
+            for name in fh.keys():
+                shapes[name] = tuple(fh.get_slice(name).get_shape())
     return shapes
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from envkit.bench import percentile
 from envkit.errors import UserError
-from rl_runner.metrics import read_metrics
+from rl_runner.metrics import mean_or_none, read_metrics
 
 __all__ = ["PLOTS", "summarize_run", "write_report"]
 
@@ -62,7 +62,7 @@ def summarize_run(metrics: list[dict[str, Any]], ev: dict[str, Any] | None) -> d
     return {
         "steps": len(metrics), "mode": metrics[-1].get("mode"), "final_version": metrics[-1].get("version"),
         "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
-        "reward_last5_mean": sum(rewards[-5:]) / len(rewards[-5:]) if rewards else None,
+        "reward_last5_mean": mean_or_none(rewards[-5:]),
         "ttb_s_p50": percentile(ttb, 50) if ttb else None, "ttb_s_p90": percentile(ttb, 90) if ttb else None,
         "publish_s_p50": percentile(pub, 50) if pub else None, "publish_s_max": max(pub) if pub else None,
         "staleness_kl_p50_range": _range(_series(metrics, "staleness.kl.p50")),
@@ -80,8 +80,7 @@ def summarize_run(metrics: list[dict[str, Any]], ev: dict[str, Any] | None) -> d
 
 
 def _mean_of(values: list[Any]) -> float | None:
-    v = [float(x) for x in values if x is not None]
-    return sum(v) / len(v) if v else None
+    return mean_or_none([float(x) for x in values if x is not None])
 
 
 def _save(fig: Any, ax: Any, path: Path, loc: str = "best") -> None:

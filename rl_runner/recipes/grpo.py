@@ -38,7 +38,7 @@ from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.evaluate import evaluate
-from rl_runner.metrics import MetricsLog, distribution
+from rl_runner.metrics import MetricsLog, distribution, mean_or_none
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import WeightPublisher
@@ -245,12 +245,17 @@ def _probe(trainer: Trainer, policy: PolicyClient, prompts: list[list[int]], sam
             continue
         round_trip &= all(v == str(version) for v in gen.weight_versions)
         samples.append(Sample(p, gen.token_ids, [1] * len(gen.token_ids), gen.logprobs, versions=gen.weight_versions))
-    if not samples:
-        return {"kl": None, "max_abs": None, "tokens": 0, "round_trip_ok": round_trip}
-    div = trainer.divergence(samples, trainer.logprobs(samples))
+    div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
+    return {**_pooled(div), "round_trip_ok": round_trip}
+
+
+def _pooled(div: list[dict[str, float]]) -> dict[str, Any]:
+    """Per-sample divergences pooled over their tokens: token-weighted KL, worst |Δ log-prob|."""
+    div = [d for d in div if d["tokens"]]
     tokens = sum(d["tokens"] for d in div)
-    return {"kl": sum(d["kl"] * d["tokens"] for d in div) / max(1, tokens), "max_abs": max(d["max_abs"] for d in div),
-            "tokens": tokens, "round_trip_ok": round_trip}
+    if not div:
+        return {"kl": None, "max_abs": None, "tokens": 0}
+    return {"kl": sum(d["kl"] * d["tokens"] for d in div) / tokens, "max_abs": max(d["max_abs"] for d in div), "tokens": tokens}
 
 
 # -- the loop --------------------------------------------------------------------------------
@@ -401,8 +406,8 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
                 "step": step, "version": version, "mode": recipe.mode, "wall_s": round(time.monotonic() - t_run, 3),
                 "ttb_s": round(ttb, 4), "episodes": len(trajs),
                 "trainable": len(batch), "refused_batches": refused["batches"], "refused_episodes": refused["episodes"],
-                "reward": {"mean": sum(all_rewards) / len(all_rewards) if all_rewards else None,
-                           "by_env": {e.runtime.env.ref: _mean([float(tr.reward) for tr in usable  # type: ignore[arg-type]
+                "reward": {"mean": mean_or_none(all_rewards),
+                           "by_env": {e.runtime.env.ref: mean_or_none([float(tr.reward) for tr in usable  # type: ignore[arg-type]
                                                                 if tr.env_ref == e.runtime.env.ref]) for e in envs}},
                 "episode_s": distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
                 "outcomes": dict(Counter(tr.outcome for tr in trajs)),
@@ -439,15 +444,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     return result
 
 
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
 def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:
     """The batch's own samples at lag 0 (all of them in sync mode): their KL to the trainer
     before the update is the numerical mismatch too."""
-    same = [d for d, lag in zip(div, lags, strict=True) if lag == 0 and d["tokens"]]
-    tokens = sum(d["tokens"] for d in same)
-    if not same:
-        return {"kl": None, "max_abs": None, "tokens": 0}
-    return {"kl": sum(d["kl"] * d["tokens"] for d in same) / tokens, "max_abs": max(d["max_abs"] for d in same), "tokens": tokens}
+    return _pooled([d for d, lag in zip(div, lags, strict=True) if lag == 0])

@@ -162,23 +162,13 @@ class Trainer:
     def save_checkpoint(self, ckpt_dir: str | Path) -> Path:
         """Model, optimizer, step, data cursor and RNG states; written to a temporary folder
         and renamed, so a crash mid-write leaves the previous checkpoint intact."""
-        from safetensors.torch import save_file
+        from safetensors.torch import save_model
 
         out = Path(ckpt_dir)
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}
-        # tied weights share storage; safetensors wants each tensor once
-        seen: dict[int, str] = {}
-        unique = {}
-        for k, v in state.items():
-            ptr = v.untyped_storage().data_ptr()
-            if ptr in seen:
-                continue
-            seen[ptr] = k
-            unique[k] = v
-        save_file(unique, str(tmp / "model.safetensors"))
+        save_model(self.model, str(tmp / "model.safetensors"))  # stores tied (shared) tensors once
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
         (tmp / "trainer.json").write_text(json.dumps({"step": self.step, "cursor": self.cursor,
@@ -193,17 +183,15 @@ class Trainer:
         return out
 
     def load_checkpoint(self, ckpt_dir: str | Path) -> None:
-        from safetensors.torch import load_file
+        from safetensors.torch import load_model
 
         path = Path(ckpt_dir)
         if not (path / "trainer.json").is_file():
             raise UserError(f"`{path}` is not a trainer checkpoint (no trainer.json)",
                             "point at a folder written by the trainer (RUN_DIR/checkpoints/step-N)")
-        weights = load_file(str(path / "model.safetensors"))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        tied = {k for k in missing if k == "lm_head.weight"}
-        if set(missing) - tied or unexpected:
-            raise UserError(f"checkpoint `{path}` does not fit this model (missing {sorted(set(missing) - tied)[:3]}, "
+        missing, unexpected = load_model(self.model, path / "model.safetensors", strict=False, device=str(self.device))
+        if missing or unexpected:
+            raise UserError(f"checkpoint `{path}` does not fit this model (missing {sorted(missing)[:3]}, "
                             f"unexpected {sorted(unexpected)[:3]})", "resume with the model the run started from")
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         rng = torch.load(path / "rng.pt", weights_only=False)
