@@ -1,7 +1,9 @@
 """`envkit report RUN_DIR`: PNG plots and a summary table from a run's ``metrics.jsonl``.
 
 Plots (``RUN_DIR/plots``): reward.png (mean reward per step, the final evaluation with its 95%
-interval), ttb.png (time to trainable batch, train and publication time per step),
+interval), ttb.png (time to trainable batch, train and publication time per step), batch.png
+(straggler wait share, idle episode slots, inference idle share and sandbox utilisation while
+the trainer waited for each batch),
 staleness_kl.png (per-sample k3 KL p50/p90/max and the mean version lag), mismatch_kl.png
 (KL and max |Δ log-prob| between vLLM and the trainer at equal versions), failures.png (infra /
 model / verifier failure rates). The summary goes to ``RUN_DIR/summary.json``.
@@ -19,7 +21,7 @@ from rl_runner.metrics import mean_or_none, read_metrics
 
 __all__ = ["PLOTS", "summarize_run", "write_report"]
 
-PLOTS = ("reward.png", "ttb.png", "staleness_kl.png", "mismatch_kl.png", "failures.png")
+PLOTS = ("reward.png", "ttb.png", "batch.png", "staleness_kl.png", "mismatch_kl.png", "failures.png")
 _FLOOR = 1e-12  # log-scale plots: a KL of exactly 0 is drawn at the floor
 
 
@@ -71,6 +73,11 @@ def summarize_run(metrics: list[dict[str, Any]], ev: dict[str, Any] | None) -> d
         "rejected_stale": sum(int(_get(m, "staleness.rejected") or 0) for m in metrics),
         "mismatch_kl_range": _range(_series(metrics, "mismatch.kl")),
         "mismatch_max_abs_range": _range(_series(metrics, "mismatch.max_abs")),
+        "trajectory_s_p99_max": max((float(x) for x in _series(metrics, "batch.trajectory_s.p99") if x is not None),
+                                    default=None),
+        "straggler_wait_share_mean": _mean_of(_series(metrics, "batch.straggler_wait_share")),
+        "inference_idle_share_mean": _mean_of(_series(metrics, "batch.inference_idle_share")),
+        "sandbox_utilisation_mean": _mean_of(_series(metrics, "batch.sandbox_utilisation")),
         "infra_failure_rate": _mean_of(_series(metrics, "failures.infra")),
         "model_failure_rate": _mean_of(_series(metrics, "failures.model")),
         "eval": None if ev is None else {k: ev.get(k) for k in ("episodes", "mean", "ci95", "half_width", "version")},
@@ -128,6 +135,14 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     ax.plot(steps, nan(_series(metrics, "publish.total_s")), marker="o", ms=3, label="weight publication")
     ax.set(xlabel="step", ylabel="seconds", title="Time per step", yscale="log")
     _save(fig, ax, out / "ttb.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in (("straggler_wait_share", "straggler wait share"), ("slot_idle_share", "episode slots idle"),
+                       ("inference_idle_share", "inference idle share"), ("sandbox_utilisation", "sandbox utilisation")):
+        ax.plot(steps, nan(_series(metrics, f"batch.{key}")), marker="o", ms=3, label=label)
+    ax.set(xlabel="step", ylabel="share of the wait for the batch", title="Batch assembly (while the trainer waited)",
+           ylim=(-0.02, 1.02))
+    _save(fig, ax, out / "batch.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for q in ("p50", "p90", "max"):

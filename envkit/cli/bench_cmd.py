@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.progress import Progress
 from rich.table import Table
@@ -9,6 +11,7 @@ from rich.table import Table
 from envkit.bench import bench_sandbox
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
+from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
@@ -99,3 +102,64 @@ def reset(
         console.print(table)
     if any(r["passed"] is False or not r["same_hash"] for r in rows):
         raise typer.Exit(1)
+
+
+@bench_app.command("rollout")
+def rollout(
+    env: str = typer.Option("envkit/pyfix", "--env", help="Environment the workload's commands run in (folder or ref)."),
+    trajectories: int = typer.Option(256, "-n", "--trajectories", min=2, max=100_000, help="Trajectories per batch."),
+    group_size: int = typer.Option(8, "--group-size", min=1, max=1024, help="Trajectories per group (GRPO)."),
+    concurrency: int = typer.Option(64, "--concurrency", min=1, max=4096, help="Episodes in flight, for every policy."),
+    batches: int = typer.Option(2, "--batches", min=1, max=100, help="Consecutive batches per policy."),
+    replicas: int = typer.Option(2, "--replicas", min=1, max=16, help="vLLM replicas started for the run."),
+    pool_size: int = typer.Option(0, "--pool-size", min=0, max=100_000, help="Warm pool size (0: concurrency + 25%)."),
+    time_scale: float = typer.Option(1.0, "--time-scale", min=0.01, max=100.0, help="Multiply every tool duration."),
+    policies: str = typer.Option("ablation", "--policies", help="ablation (all five rows) or naive,optimized."),
+    model: Path = typer.Option(None, "--model", help="Model folder (default: a tiny random model, created if missing)."),
+    seed: int = typer.Option(0, "--seed", help="Workload seed (the same for every policy)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Time to a trainable batch: naive vs optimized batch assembly on the same workload, with an ablation."""
+    from rl_runner.batch.assembler import ABLATION, NAIVE, OPTIMIZED
+    from rl_runner.batch.bench import bench_rollout
+    from rl_runner.batch.workload import WorkloadParams
+
+    chosen = {"ablation": ABLATION, "naive,optimized": [NAIVE, OPTIMIZED]}.get(policies.replace(" ", ""))
+    if chosen is None:
+        raise UserError(f"--policies {policies!r} is not known", "use --policies ablation or --policies naive,optimized")
+    if trajectories % group_size:
+        raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
+                        "make -n a multiple of --group-size")
+    note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
+    result = bench_rollout(env=env, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
+                           batches=batches, replicas=replicas, pool_size=pool_size or None, model=model, seed=seed,
+                           params=WorkloadParams(time_scale=time_scale), policies=chosen, say=note)
+    if as_json:
+        print_json(result)
+        return
+    s = result["setup"]
+    table = Table(title=f"envkit bench rollout  ({s['batches']} batch(es) of {s['trajectories']} per policy, groups of "
+                        f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
+                        f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs)")
+    cols = ("policy", "TTB", "× naive", "/ ideal", "traj p50", "p90", "p99", "straggler wait", "slots idle",
+            "inference idle", "sandbox util", "prefix hits", "carried")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for r in result["rows"]:
+        t = r["trajectory_s"]
+        table.add_row(r["policy"], f"{r['ttb_s']:.1f} s", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
+                      f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
+                      _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
+                      _share(r["prefix_cache"]["prefix_hit_rate"]), str(r["left_groups"]))
+    console.print(table)
+    tg = result["targets"]
+    console.print(f"naive TTB {result['naive_ttb_s']:.1f} s, optimized {result['optimized_ttb_s']:.1f} s: ratio "
+                  f"{result['ratio']:.3f} (1/{1 / result['ratio']:.2f}; target ≤ 1/3.5: {'met' if tg['optimized_le_naive_over_3_5'] else 'NOT met'})")
+    console.print(f"ideal bound (work / concurrency) {result['ideal_s']:.1f} s; optimized / ideal "
+                  f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: {'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
+    console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB). "
+                  "Workload parameters: --json (setup.workload), docs/bench.md.[/]")
+
+
+def _share(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"

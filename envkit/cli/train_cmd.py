@@ -51,6 +51,10 @@ def print_summary(summary: dict[str, Any]) -> None:
             ("reward: last step", summary["reward_last"]), ("reward: mean of last 5", summary["reward_last5_mean"]),
             ("TTB p50 / p90 (s)", f"{_fmt(summary['ttb_s_p50'])} / {_fmt(summary['ttb_s_p90'])}"),
             ("publication p50 / max (s)", f"{_fmt(summary['publish_s_p50'])} / {_fmt(summary['publish_s_max'])}"),
+            ("trajectory time p99 (worst step, s)", summary.get("trajectory_s_p99_max")),
+            ("straggler wait share (mean)", summary.get("straggler_wait_share_mean")),
+            ("inference idle share (mean)", summary.get("inference_idle_share_mean")),
+            ("sandbox utilisation (mean)", summary.get("sandbox_utilisation_mean")),
             ("staleness KL p50 (range over steps)", summary["staleness_kl_p50_range"]),
             ("staleness KL max (range over steps)", summary["staleness_kl_max_range"]),
             ("max version lag", summary["version_lag_max"]), ("samples refused as stale", summary["rejected_stale"]),
@@ -109,7 +113,7 @@ def register(app: typer.Typer) -> None:
         run_dir: Path = typer.Argument(..., help="A run folder written by `envkit train`."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Write PNG plots (reward, TTB, staleness KL, mismatch KL, failure rates) and print a summary table."""
+        """Write PNG plots (reward, TTB, batch assembly, staleness KL, mismatch KL, failure rates) and print a summary table."""
         _runner()
         from rl_runner.report import write_report
 

@@ -46,6 +46,7 @@ class Generation:
     weight_versions: list[str]  # one per generated token
     finish_reason: str | None
     raw_spans: list[dict[str, Any]] = field(default_factory=list)
+    cached_tokens: int | None = None  # prompt tokens found in vLLM's prefix cache (--enable-prompt-tokens-details)
 
 
 class PolicyClient:
@@ -56,7 +57,8 @@ class PolicyClient:
     def close(self) -> None:
         self.http.close()
 
-    def generate(self, token_ids: list[int], params: SamplingParams) -> Generation:
+    def generate(self, token_ids: list[int], params: SamplingParams, *, session: str | None = None) -> Generation:
+        """``session`` is for routers (see :mod:`rl_runner.policy.router`); one server ignores it."""
         body = {"token_ids": token_ids, "sampling_params": params.to_json(), "output_mode": "tokens"}
         try:
             r = self.http.post("/inference/v1/generate", json=body)
@@ -67,7 +69,8 @@ class PolicyClient:
             raise InfraFailure("inference_unavailable", f"the inference server answered {r.status_code}", body=r.text[:500])
         if r.status_code >= 400:
             raise ValueError(f"the inference server refused the request ({r.status_code}): {r.text[:500]}")
-        choice = r.json()["choices"][0]
+        data = r.json()
+        choice = data["choices"][0]
         ids = list(choice.get("token_ids") or [])
         content = ((choice.get("logprobs") or {}).get("content")) or []
         logprobs = [float(c["logprob"]) for c in content]
@@ -76,5 +79,8 @@ class PolicyClient:
         for span in spans:
             for i in range(int(span["start"]), min(int(span["end"]), len(ids))):
                 versions[i] = str(span["version"])
+        details = ((data.get("usage") or {}).get("prompt_tokens_details")) or {}
+        cached = details.get("cached_tokens")
         return Generation(token_ids=ids, logprobs=logprobs, weight_versions=versions,
-                          finish_reason=choice.get("finish_reason"), raw_spans=spans)
+                          finish_reason=choice.get("finish_reason"), raw_spans=spans,
+                          cached_tokens=int(cached) if cached is not None else None)

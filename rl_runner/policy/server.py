@@ -44,7 +44,8 @@ class VLLMServer:
 
     def __init__(self, model: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
                  served_name: str = "policy", max_model_len: int = 4096, extra_args: list[str] | None = None,
-                 log_path: str | Path | None = None, kv_cache_gib: int = 1, cpu: bool | None = None) -> None:
+                 log_path: str | Path | None = None, kv_cache_gib: int = 1, cpu: bool | None = None,
+                 cpu_bind: str | None = None) -> None:
         self.model = str(model)
         self.host = host
         self.port = port or _free_port()
@@ -53,6 +54,10 @@ class VLLMServer:
         self.extra_args = extra_args or []
         self.cpu = (not has_cuda()) if cpu is None else cpu
         self.kv_cache_gib = kv_cache_gib
+        # CPU cores for vLLM's threads (VLLM_CPU_OMP_THREADS_BIND, e.g. "0" or "0-3"); several
+        # replicas on one machine must not share cores: unbound, two replicas' spinning worker
+        # threads drove this 2-core machine to a load of 33 with 100% system time.
+        self.cpu_bind = cpu_bind
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/envkit-vllm-{self.port}.log")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -64,7 +69,7 @@ class VLLMServer:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model,
                "--served-model-name", self.served_name, "--host", self.host, "--port", str(self.port),
                "--max-model-len", str(self.max_model_len), "--enable-scale-out",
-               "--logprobs-mode", "processed_logprobs", "--disable-log-stats"]
+               "--logprobs-mode", "processed_logprobs", "--disable-log-stats", "--enable-prompt-tokens-details"]
         if self.cpu:
             cmd += ["--dtype", "float32", "--enforce-eager"]
         return cmd + self.extra_args
@@ -74,6 +79,8 @@ class VLLMServer:
                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         if self.cpu:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+            if self.cpu_bind is not None:
+                env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
         return env
 
     def start(self, timeout: float = 300) -> VLLMServer:

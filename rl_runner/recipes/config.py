@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from envkit.errors import UserError
 
-__all__ = ["EnvEntry", "Recipe", "load_recipe"]
+__all__ = ["BatchSection", "EnvEntry", "Recipe", "load_recipe"]
 
 
 class _Strict(BaseModel):
@@ -45,6 +45,18 @@ class AsyncSection(_Strict):
     max_in_flight_groups: int = Field(default=0, ge=0)  # 0: 2 x groups_per_step
 
 
+class BatchSection(_Strict):
+    """How batches are assembled (docs/train.md, "Batch assembly"; rl_runner/batch/assembler.py)."""
+
+    policy: Literal["optimized", "naive"] = "optimized"  # naive: fresh sandbox per episode, wait for every member
+    # Groups admitted beyond one batch, as a fraction of it; the batch is then the first groups to
+    # complete and stragglers carry over. Default: 0 in sync mode (every sample on-policy), and
+    # async.max_in_flight_groups in async mode.
+    overprovision: float | None = Field(default=None, ge=0, le=16)
+    straggler: Literal["carry", "abort"] = "carry"
+    pool_size: int = Field(default=0, ge=0, le=100_000)  # warm sandboxes per environment; 0: its share of concurrency + 25%
+
+
 class EvalSection(_Strict):
     episodes: int = Field(default=64, ge=0, le=100_000)
     temperature: float = Field(default=1.0, gt=0, le=5)
@@ -70,6 +82,7 @@ class Recipe(_Strict):
     sampling: SamplingSection = Field(default_factory=SamplingSection)
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
+    batch: BatchSection = Field(default_factory=BatchSection)
     eval: EvalSection = Field(default_factory=EvalSection)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -5,12 +5,18 @@ Modes (DESIGN.md, lesson 6):
 
 * ``sync``: collect a batch with the current weights, train one step, publish, repeat. Every
   sample is on-policy (version lag 0), so its KL to the trainer is the numerical mismatch.
-* ``async``: collection never stops. A background collector keeps up to
-  ``async.max_in_flight_groups`` groups running; the trainer takes finished groups, measures
-  each sample's staleness (version lag, k3 KL between its behaviour log-probs and the trainer's
-  current ones), admits samples whose KL is at most ``async.kl_max`` (not a step count), trains,
-  and publishes with ``pause?mode=keep``: in-flight requests are frozen, not dropped, and go on
+* ``async``: collection never stops. The batch assembler (:mod:`rl_runner.batch.assembler`)
+  keeps up to ``async.max_in_flight_groups`` groups admitted and admits an episode the moment
+  a slot frees; a batch is the first groups to complete. The trainer measures each sample's
+  staleness (version lag, k3 KL between its behaviour log-probs and the trainer's current
+  ones), admits samples whose KL is at most ``async.kl_max`` (not a step count), trains, and
+  publishes with ``pause?mode=keep``: in-flight requests are frozen, not dropped, and go on
   with the new weights (their tokens carry both versions).
+
+Batches come from the assembler in both modes (``batch:`` in the recipe): warm, reused
+sandboxes by default, or ``batch.policy: naive`` (a fresh container per episode) in sync
+mode; each step logs the assembler's figures under ``batch`` (TTB window, trajectory time
+percentiles, straggler wait share, inference idle share, sandbox utilisation).
 
 After each publication a *mismatch probe* generates a few completions with the new weights and
 compares vLLM's log-probs with the trainer's: the numerical mismatch at equal versions,
@@ -21,14 +27,12 @@ version just published).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import queue
+import math
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,13 +41,15 @@ from envkit.catalog import resolve_environment
 from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
+from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy, Batch
 from rl_runner.evaluate import evaluate
 from rl_runner.metrics import MetricsLog, distribution, mean_or_none
 from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import WeightPublisher
 from rl_runner.recipes.config import Recipe
-from rl_runner.rollout.reuse import SandboxReuse
+from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
 from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
@@ -56,7 +62,7 @@ __all__ = ["TrainRun", "train"]
 class _Env:
     runtime: EnvRuntime
     tasks: list[Task]
-    sandboxes: SandboxReuse
+    sandboxes: SandboxPool | FreshSandboxes
 
 
 @dataclass
@@ -86,8 +92,32 @@ def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
             tasks = [by_id[t] for t in entry.tasks]
         else:
             tasks = list(runtime.env.tasks)
-        out.append(_Env(runtime, tasks, SandboxReuse(runtime.backend, max_idle=recipe.concurrency)))
+        if recipe.batch.policy == "naive":
+            sandboxes: SandboxPool | FreshSandboxes = FreshSandboxes(runtime.backend)
+        else:
+            share = math.ceil(recipe.concurrency / len(recipe.envs))
+            sandboxes = SandboxPool(runtime.backend, size=recipe.batch.pool_size or share + max(1, math.ceil(share / 4)))
+        out.append(_Env(runtime, tasks, sandboxes))
     return out
+
+
+def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
+    """The recipe's batch assembly: ``naive`` (sync only), or the optimized assembler with
+    continuous admission in async mode and over-provisioning where asked for."""
+    b = recipe.batch
+    if b.policy == "naive":
+        if recipe.mode == "async":
+            raise UserError("batch.policy naive waits for every episode of a batch, which async mode never does",
+                            "use batch.policy: optimized with mode: async, or mode: sync with naive")
+        return NAIVE
+    if recipe.mode == "async":
+        in_flight = recipe.async_.max_in_flight_groups or 2 * recipe.groups_per_step
+        op = b.overprovision if b.overprovision is not None else max(0.0, in_flight / recipe.groups_per_step - 1)
+        return AssemblyPolicy("optimized", warm_pool=True, continuous=True, cutoff=True, overprovision=op,
+                              affinity=True, straggler=b.straggler)
+    op = b.overprovision or 0.0
+    return AssemblyPolicy("optimized", warm_pool=True, continuous=False, cutoff=op > 0, overprovision=op, affinity=True,
+                          straggler=b.straggler)
 
 
 def _check_model(recipe: Recipe, cpu: bool) -> None:
@@ -110,98 +140,6 @@ def _group(envs: list[_Env], recipe: Recipe, g: int) -> tuple[_Env, EpisodeSpec]
     task = env.tasks[(g // len(envs)) % len(env.tasks)]
     seed = recipe.seed + g
     return env, EpisodeSpec(task, seed, f"{env.runtime.env.ref}/{task.id}/{seed}")
-
-
-class _Collector:
-    """Runs groups of episodes on a thread pool; finished groups come out of ``ready``.
-
-    ``sync``: :meth:`run_groups` submits a fixed list and waits. ``async``: :meth:`start`
-    keeps at most ``max_in_flight`` groups outstanding (running, or finished and not yet
-    taken by the trainer) until :meth:`stop`, so finished groups cannot pile up and grow
-    stale while the trainer is busy."""
-
-    def __init__(self, envs: list[_Env], recipe: Recipe, run_episode: Callable[[_Env, EpisodeSpec], Trajectory]) -> None:
-        self.envs, self.recipe, self.run_episode = envs, recipe, run_episode
-        self.pool = ThreadPoolExecutor(max_workers=recipe.concurrency, thread_name_prefix="episode")
-        self.ready: queue.Queue[list[Trajectory]] = queue.Queue()
-        self.lock = threading.Lock()
-        self.outstanding = 0  # groups submitted and not yet taken (running or finished)
-        self.next_group = 0
-        self.stopping = threading.Event()
-        self.space = threading.Condition(self.lock)
-        self.thread: threading.Thread | None = None
-
-    def _submit(self, g: int) -> None:
-        env, spec = _group(self.envs, self.recipe, g)
-        results: list[Trajectory | None] = [None] * self.recipe.group_size
-        left = [self.recipe.group_size]
-
-        def done(i: int, fut: Future[Trajectory]) -> None:
-            if fut.cancelled():  # shutting down
-                return
-            error = fut.exception()
-            if error is not None:  # a bug, not an episode outcome: surface it in the main thread
-                self.ready.put(error)  # type: ignore[arg-type]
-                return
-            results[i] = fut.result()
-            with self.lock:
-                left[0] -= 1
-                finished = left[0] == 0
-            if finished:
-                self.ready.put([r for r in results if r is not None])
-
-        with self.lock:
-            self.outstanding += 1
-        for i in range(self.recipe.group_size):
-            fut = self.pool.submit(self.run_episode, env, spec)
-            fut.add_done_callback(functools.partial(done, i))
-
-    def run_groups(self, first: int, n: int) -> list[list[Trajectory]]:
-        for g in range(first, first + n):
-            self._submit(g)
-        return self.take(n)
-
-    def start(self, first: int, max_in_flight: int) -> None:
-        self.next_group = first
-
-        def feed() -> None:
-            while not self.stopping.is_set():
-                with self.lock:
-                    while self.outstanding >= max_in_flight and not self.stopping.is_set():
-                        self.space.wait(timeout=0.5)
-                if self.stopping.is_set():
-                    return
-                self._submit(self.next_group)
-                self.next_group += 1
-
-        self.thread = threading.Thread(target=feed, name="collector", daemon=True)
-        self.thread.start()
-
-    def take(self, n: int) -> list[list[Trajectory]]:
-        out = []
-        for _ in range(n):
-            item = self.ready.get()
-            if isinstance(item, BaseException):
-                raise item
-            out.append(item)
-            with self.lock:
-                self.outstanding -= 1
-                self.space.notify_all()
-        return out
-
-    def stop(self) -> int:
-        """Stop feeding, let running episodes finish; returns the groups left unused."""
-        self.stopping.set()
-        with self.lock:
-            self.space.notify_all()
-        if self.thread is not None:
-            self.thread.join(timeout=10)
-        self.pool.shutdown(wait=True)
-        unused = 0
-        while not self.ready.empty():
-            self.ready.get()
-            unused += 1
-        return unused
 
 
 # -- per-step measurements -------------------------------------------------------------------
@@ -273,6 +211,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
 
     cpu = not has_cuda()
     _check_model(recipe, cpu)
+    assembly_policy(recipe)  # a bad batch setting fails before anything starts
     envs = _load_envs(recipe, say)
     tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
     t = recipe.trainer
@@ -313,10 +252,13 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     else:
         publisher.tag(str(version))
 
-    def run_episode(env: _Env, spec: EpisodeSpec) -> Trajectory:
-        return run_with_retries(env.runtime, spec, policy=policy, tokenizer=tokenizer, sampling=sampling,
+    router = Router([policy], affinity=True)  # one server here; the router measures inference idle time
+
+    def run_episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
+        env, spec = _group(envs, recipe, g)
+        return run_with_retries(env.runtime, spec, policy=router, tokenizer=tokenizer, sampling=sampling,  # type: ignore[arg-type]
                                 max_retries=recipe.retries, policy_ready=server.healthy if server else None,
-                                sandboxes=env.sandboxes)
+                                sandboxes=env.sandboxes, cancel=cancel, session=f"{spec.group_id}/{i}")
 
     ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
 
@@ -332,10 +274,9 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     result = TrainRun(run_dir=run_dir, steps=0, version=version)
     if recipe.eval.before and recipe.eval.episodes:
         result.eval_before = run_eval("eval-before")
-    collector = _Collector(envs, recipe, run_episode)
     next_group = int(trainer.cursor.get("next_group", 0))
-    if recipe.mode == "async":
-        collector.start(next_group, recipe.async_.max_in_flight_groups or 2 * recipe.groups_per_step)
+    assembler = Assembler(run_episode, group_size=recipe.group_size, groups_per_batch=recipe.groups_per_step,
+                          concurrency=recipe.concurrency, policy=assembly_policy(recipe), first_group=next_group).start()
     t_run = time.monotonic()
     ckpt_dir = run_dir / "checkpoints"
     try:
@@ -346,14 +287,12 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
         while trainer.step < last:
             step = trainer.step + 1
             # collect
-            if recipe.mode == "sync":
-                groups = collector.run_groups(next_group, recipe.groups_per_step)
-                next_group += recipe.groups_per_step
-            else:
-                groups = collector.take(recipe.groups_per_step)
-                next_group = collector.next_group
+            got = assembler.next_batch()
+            next_group = assembler.next_group
             ttb = time.monotonic() - t0  # since the previous step ended (refused batches included): the trainer's wait
-            trajs = [tr for grp in groups for tr in grp]
+            trajs = got.trajectories
+            if got.aborted:  # stragglers the assembler cancelled: never trained on, never silently dropped
+                write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-aborted.jsonl", got.aborted)
 
             # measure: staleness (version lag, KL to the trainer's current weights)
             usable = [tr for tr in trajs if not tr.excluded and tr.reward is not None and tr.generated_tokens > 0]
@@ -404,7 +343,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
             kls = [d["kl"] for d in div]
             record = {
                 "step": step, "version": version, "mode": recipe.mode, "wall_s": round(time.monotonic() - t_run, 3),
-                "ttb_s": round(ttb, 4), "episodes": len(trajs),
+                "ttb_s": round(ttb, 4), "episodes": len(trajs), "batch": _batch_stats(got, router, envs),
                 "trainable": len(batch), "refused_batches": refused["batches"], "refused_episodes": refused["episodes"],
                 "reward": {"mean": mean_or_none(all_rewards),
                            "by_env": {e.runtime.env.ref: mean_or_none([float(tr.reward) for tr in usable  # type: ignore[arg-type]
@@ -431,17 +370,31 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
             refused = {"batches": 0, "samples": 0, "episodes": 0}
             refused_trajs = []
             t0 = time.monotonic()
-        unused = collector.stop() if recipe.mode == "async" else 0
-        if unused:
-            say(f"{unused} finished group(s) were collected after the last step and not trained on")
+        left = assembler.stop()
+        if left["groups"]:
+            say(f"{left['groups']} group(s) started after the last batch and were not trained on "
+                f"({left['episodes_finished']} of their episodes had finished)")
         trainer.save_checkpoint(ckpt_dir / f"step-{trainer.step:05d}")
         # evaluate the final weights
         if recipe.eval.episodes:
             result.eval = run_eval("eval")
     finally:
-        collector.stopping.set()
-        collector.pool.shutdown(wait=False, cancel_futures=True)
+        if not assembler.stopping:
+            assembler.stop()
     return result
+
+
+def _batch_stats(batch: Batch, router: Router, envs: list[_Env]) -> dict[str, Any]:
+    """The assembler's figures for this batch (TTB window: the trainer's wait for it), plus
+    inference idle share and sandbox utilisation over the same window."""
+    held = sum(e.sandboxes.held.integral(batch.t_open, batch.t_close) for e in envs)
+    alive = sum(e.sandboxes.alive.integral(batch.t_open, batch.t_close) for e in envs)
+    idle = router.idle_share(batch.t_open, batch.t_close)
+    return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
+            "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
+            "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
+            "sandboxes_created": sum(e.sandboxes.stats()["created"] for e in envs),
+            "sandboxes_reused": sum(e.sandboxes.stats()["reused"] for e in envs)}
 
 
 def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:

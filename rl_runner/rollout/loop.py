@@ -5,6 +5,7 @@ fresh sandbox); model failures end the episode and keep the verifier's reward.""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -14,10 +15,12 @@ from envkit.runtime import EnvRuntime, Episode
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
-from rl_runner.rollout.reuse import SandboxReuse
+from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["OBSERVATION_CAP", "run_agent_episode"]
+__all__ = ["ABORTED", "OBSERVATION_CAP", "mark_aborted", "run_agent_episode"]
+
+ABORTED = "aborted:straggler"  # the batch assembler cancelled the episode; not a model or infra outcome
 
 OBSERVATION_CAP = 1500  # characters of one observation shown to the model
 
@@ -39,10 +42,13 @@ def _observe(episode: Episode, call: ToolCall) -> str:
 
 
 def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,
-                      sampling: SamplingParams, group_id: str, sandboxes: SandboxReuse | None = None) -> Trajectory:
+                      sampling: SamplingParams, group_id: str, sandboxes: SandboxPool | FreshSandboxes | None = None,
+                      cancel: threading.Event | None = None, session: str | None = None) -> Trajectory:
     """One episode. ``sandboxes`` (optional) lends a sandbox that a clean episode gives back
     for the next one (see :mod:`rl_runner.rollout.reuse`); without it the sandbox is fresh
-    and destroyed at the end."""
+    and destroyed at the end. ``cancel`` (set by the batch assembler for an aborted straggler)
+    ends the episode at its next turn boundary, unverified and excluded. ``session`` routes
+    every turn to one vLLM replica (see :mod:`rl_runner.policy.router`)."""
     spec = runtime.env.spec
     limits = spec.limits
     end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -64,6 +70,12 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
         failure: ModelFailure | None = None
         generation_s = 0.0
         for turn in range(limits.max_turns):
+            if cancel is not None and cancel.is_set():
+                timings["generation_s"] = round(generation_s, 4)
+                timings["episode_s"] = round(time.monotonic() - t0, 4)
+                traj.timings = timings
+                reusable = True
+                return mark_aborted(traj)
             budget = limits.max_generated_tokens - traj.generated_tokens
             if budget <= 0:
                 failure = ModelFailure("token_limit", f"the model generated {traj.generated_tokens} tokens, the spec allows "
@@ -72,7 +84,7 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
             g0 = time.monotonic()
             gen = policy.generate(context, replace(sampling, max_tokens=min(sampling.max_tokens, budget),
                                                    stop_token_ids=(end_id,), seed=None if sampling.seed is None
-                                                   else sampling.seed + 1000 * seed + turn))
+                                                   else sampling.seed + 1000 * seed + turn), session=session)
             generation_s += time.monotonic() - g0
             traj.turns = turn + 1
             _append(traj, context, gen.token_ids, gen.logprobs, gen.weight_versions, model=True)
@@ -120,6 +132,12 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
                 sandbox.destroy()
             except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
                 pass
+
+
+def mark_aborted(traj: Trajectory) -> Trajectory:
+    traj.outcome, traj.excluded, traj.reward = ABORTED, True, None
+    traj.exclude_reason = "straggler aborted: its batch closed without it"
+    return traj
 
 
 def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list[float], versions: list[str],

@@ -4,6 +4,7 @@ failures, exclusion with a reason when retries run out, and the group rule."""
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.loop import run_agent_episode
-from rl_runner.rollout.reuse import SandboxReuse
+from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
 __all__ = ["EpisodeSpec", "collect", "plan", "run_with_retries", "summarize"]
@@ -45,7 +46,8 @@ def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> 
 def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
                      sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
                      policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300,
-                     sandboxes: SandboxReuse | None = None) -> Trajectory:
+                     sandboxes: SandboxPool | FreshSandboxes | None = None, cancel: threading.Event | None = None,
+                     session: str | None = None) -> Trajectory:
     """One episode, retried on a fresh sandbox after an infra or verifier failure; excluded
     with the reason when the retries run out. ``sandboxes`` lends reusable sandboxes to first
     attempts (a retry always gets a fresh one)."""
@@ -63,7 +65,7 @@ def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyCl
         try:
             traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer,
                                      sampling=sampling, group_id=spec.group_id,
-                                     sandboxes=sandboxes if attempt == 0 else None)
+                                     sandboxes=sandboxes if attempt == 0 else None, cancel=cancel, session=session)
             traj.retries, traj.attempts = attempt, attempts
             traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
             return traj

@@ -123,6 +123,13 @@ def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: s
     else:
         assert max(lags) >= 1  # collection ran ahead of training
         assert all(m["staleness"]["kl_max"] == 0.05 for m in metrics)
+    for m in metrics:  # the batch assembler's figures, every step
+        b = m["batch"]
+        assert b["trajectories"] == m["episodes"] == 8
+        assert 0 <= b["trajectory_s"]["p50"] <= b["trajectory_s"]["p90"] <= b["trajectory_s"]["p99"]
+        for share in ("straggler_wait_share", "slot_idle_share", "inference_idle_share", "sandbox_utilisation"):
+            assert b[share] is None or 0 <= b[share] <= 1, (share, b)
+    assert metrics[-1]["batch"]["sandboxes_reused"] > 0  # warm pool: clean sandboxes serve later episodes
     assert (run_dir / "checkpoints" / "step-00010" / "trainer.json").is_file()
     assert (run_dir / "checkpoints" / "step-00020" / "trainer.json").is_file()
     assert list((run_dir / "tb").iterdir())  # TensorBoard event files
@@ -130,7 +137,9 @@ def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: s
     # `envkit report` writes the plots; `envkit doctor` prints six checks with numbers
     rep = _cli("report", str(run_dir), "--json", timeout=300)
     assert rep.returncode == 0, rep.stderr
-    for name in ("reward.png", "ttb.png", "staleness_kl.png", "mismatch_kl.png", "failures.png"):
+    from rl_runner.report import PLOTS
+
+    for name in PLOTS:
         png = run_dir / "plots" / name
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     doc = _cli("doctor", str(run_dir), "--json", timeout=300)
@@ -141,6 +150,22 @@ def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: s
     assert out["doctor"] == checks
     human = _cli("doctor", str(run_dir), timeout=300)
     assert "numerical alignment" in human.stdout and "Traceback" not in human.stderr
+
+
+@pytest.mark.timeout(1200)
+def test_naive_batch_policy_starts_a_fresh_sandbox_per_episode(warm: Path, tmp_path: Path):
+    run_dir = tmp_path / "naive"
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=3", "groups_per_step=2", "group_size=4",
+                "concurrency=4", "eval.episodes=0", "eval.before=false", "batch.policy=naive", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 3
+    assert metrics[-1]["batch"]["sandboxes_reused"] == 0
+    assert metrics[-1]["batch"]["sandboxes_created"] >= 24
+    assert all(m["batch"]["carried_groups"] == 0 for m in metrics)
+    bad = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={tmp_path / 'x'}", "mode=async", "batch.policy=naive",
+               timeout=300)
+    assert bad.returncode == 2 and "naive" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_bad_recipe_is_a_clear_error(tmp_path: Path):

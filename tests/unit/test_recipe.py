@@ -62,39 +62,3 @@ def test_a_tied_model_is_refused_on_cpu_with_the_reason(tmp_path: Path):
     _check_model(recipe, cpu=False)  # the GPU build is not affected by this check
     with pytest.raises(UserError, match="not a model folder"):
         _check_model(Recipe(model=tmp_path / "nope", envs=[{"ref": "x"}]), cpu=True)
-
-
-def test_sandbox_reuse_gives_back_only_clean_sandboxes():
-    from rl_runner.rollout.reuse import SandboxReuse
-
-    class Box:
-        def __init__(self, n: int) -> None:
-            self.n, self.destroyed = n, False
-
-        def destroy(self) -> None:
-            self.destroyed = True
-
-    class Backend:  # the declared seam: anything with create()
-        def __init__(self) -> None:
-            self.count = 0
-
-        def create(self) -> Box:
-            self.count += 1
-            return Box(self.count)
-
-    reuse = SandboxReuse(Backend(), max_idle=1)
-    a = reuse.acquire()
-    reuse.release(a, reusable=True)
-    assert reuse.acquire() is a and reuse.reused == 1
-    b = reuse.acquire()  # none idle: a new one
-    assert b is not a and reuse.created == 2
-    reuse.release(b, reusable=False)
-    assert b.destroyed
-    reuse.release(a, reusable=True)
-    c = reuse.acquire()
-    reuse.release(c, reusable=True)
-    d = Box(99)
-    reuse.release(d, reusable=True)  # over max_idle: destroyed
-    assert d.destroyed
-    reuse.close()
-    assert a.destroyed

@@ -1,0 +1,278 @@
+"""The batch assembler: runs episodes in groups under a concurrency limit and hands the
+trainer batches of ``groups_per_batch`` complete groups, by one of two families of policy.
+
+``naive`` is what a team gets from a plain semaphore: the batch's episodes are admitted when
+the trainer asks for a batch, at most ``concurrency`` run at once, each starts a fresh
+container, and the batch closes when every one of its trajectories is done, so it waits for
+its slowest member while slots sit idle.
+
+``optimized`` (the default) differs in four independent switches, each measured on its own by
+``envkit bench rollout``'s ablation:
+
+* ``warm_pool``: sandboxes come from a pool sized independently of inference, created ahead
+  of demand and reused after clean episodes (see :mod:`rl_runner.rollout.reuse`).
+* ``continuous``: an episode is admitted the moment a slot frees, whether or not the trainer
+  is waiting for a batch, up to ``groups_per_batch × (1 + overprovision)`` groups admitted and
+  not yet delivered.
+* ``cutoff``: the batch is the first ``groups_per_batch`` groups to *complete*, in completion
+  order, rather than a fixed list; groups still running are stragglers: ``carry`` (default)
+  lets them finish and join a later batch as partial rollouts (their tokens keep the weight
+  versions that produced them), ``abort`` cancels the ones older than the batch's newest group
+  at their next turn boundary and reports them (``Batch.aborted``), never silently.
+* ``affinity``: session-affine routing across vLLM replicas (:mod:`rl_runner.policy.router`).
+
+The assembler only decides *when* episodes run and *which* trajectories form a batch; the
+episode itself is a callable ``run_episode(group, member, cancel) -> Trajectory`` (the seam
+the unit tests fake).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from envkit.bench import percentile
+from rl_runner.batch.occupancy import Occupancy
+from rl_runner.rollout.trajectory import Trajectory
+
+__all__ = ["ABLATION", "NAIVE", "OPTIMIZED", "AssemblyPolicy", "Assembler", "Batch", "work_s"]
+
+
+@dataclass(frozen=True)
+class AssemblyPolicy:
+    name: str = "optimized"
+    warm_pool: bool = True
+    continuous: bool = True
+    cutoff: bool = True
+    overprovision: float = 0.5  # groups admitted beyond one batch, as a fraction of the batch
+    affinity: bool = True
+    straggler: Literal["carry", "abort"] = "carry"
+
+
+NAIVE = AssemblyPolicy("naive", warm_pool=False, continuous=False, cutoff=False, overprovision=0.0, affinity=False)
+OPTIMIZED = AssemblyPolicy()
+# What each optimization adds, one at a time, from naive to optimized (envkit bench rollout).
+ABLATION = [
+    NAIVE,
+    replace(NAIVE, name="+ warm pool", warm_pool=True),
+    replace(NAIVE, name="+ continuous admission", warm_pool=True, continuous=True, overprovision=1.0),
+    replace(OPTIMIZED, name="+ over-provisioning, cutoff", affinity=False),
+    replace(OPTIMIZED, name="+ session affinity (optimized)"),
+]
+
+
+def work_s(t: Trajectory) -> float:
+    """The time a trajectory kept a slot busy doing its own work (not waiting for a sandbox)."""
+    if "work_s" in t.timings:
+        return float(t.timings["work_s"])
+    return max(0.0, t.timings.get("episode_s", 0.0) - t.timings.get("sandbox_acquire_s", 0.0))
+
+
+@dataclass
+class Batch:
+    index: int
+    groups: list[list[Trajectory]]
+    t_open: float
+    t_close: float
+    aborted: list[Trajectory] = field(default_factory=list)  # stragglers cancelled since the last batch
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [t for g in self.groups for t in g]
+
+    @property
+    def ttb_s(self) -> float:
+        return self.t_close - self.t_open
+
+
+@dataclass
+class _Group:
+    index: int
+    members: list[Trajectory | None]
+    left: int
+    cancel: threading.Event
+    started: int = 0
+    aborted: bool = False
+
+
+class Assembler:
+    def __init__(self, run_episode: Callable[[int, int, threading.Event], Trajectory], *, group_size: int,
+                 groups_per_batch: int, concurrency: int, policy: AssemblyPolicy, first_group: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if group_size < 1 or groups_per_batch < 1 or concurrency < 1:
+            raise ValueError("group_size, groups_per_batch and concurrency must be >= 1")
+        self.run_episode = run_episode
+        self.group_size, self.gpb, self.concurrency, self.policy = group_size, groups_per_batch, concurrency, policy
+        self.limit = groups_per_batch + math.ceil(policy.overprovision * groups_per_batch)
+        self.clock = clock
+        self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="episode")
+        self.cv = threading.Condition()
+        self.pending: deque[tuple[int, int]] = deque()
+        self.groups: dict[int, _Group] = {}  # admitted and not yet delivered
+        self.complete: list[int] = []  # complete, undelivered groups in completion order
+        self.next_group = first_group
+        self.base = first_group  # index order: the next batch's first group
+        self.wanted = False
+        self.stopping = False
+        self.n_running = 0
+        self.running = Occupancy(clock)  # episodes running: the slots in use
+        self.errors: list[BaseException] = []
+        self.aborted: list[Trajectory] = []
+        self.batches = 0
+
+    # -- admission -------------------------------------------------------------------------
+    def start(self) -> Assembler:
+        with self.cv:
+            self._pump()
+        return self
+
+    def _pump(self) -> None:
+        """Admit groups and start episodes as the policy allows (holding ``cv``)."""
+        if self.stopping:
+            return
+        if self.policy.continuous or self.wanted:
+            while len(self.groups) < self.limit:
+                g = self.next_group
+                self.next_group += 1
+                self.groups[g] = _Group(g, [None] * self.group_size, self.group_size, threading.Event())
+                self.pending.extend((g, i) for i in range(self.group_size))
+        while self.n_running < self.concurrency and self.pending:
+            g, i = self.pending.popleft()
+            self.groups[g].started += 1
+            self.n_running += 1
+            self.running.add(1)
+            self.executor.submit(self._run, g, i)
+
+    def _run(self, g: int, i: int) -> None:
+        grp = self.groups[g]
+        try:
+            traj: Trajectory | None = self.run_episode(g, i, grp.cancel)
+            error = None
+        except BaseException as e:  # noqa: BLE001 - a bug, not an episode outcome: raised in next_batch()
+            traj, error = None, e
+        with self.cv:
+            self.n_running -= 1
+            self.running.add(-1)
+            if error is not None:
+                self.errors.append(error)
+            else:
+                grp.members[i] = traj
+                grp.left -= 1
+                if grp.left == 0:
+                    if grp.aborted:
+                        self.aborted.extend(_excluded(grp))
+                        self.groups.pop(g, None)
+                    else:
+                        self.complete.append(g)
+            self._pump()
+            self.cv.notify_all()
+
+    # -- delivery --------------------------------------------------------------------------
+    def _ready(self) -> list[int] | None:
+        if self.policy.cutoff:
+            return self.complete[:self.gpb] if len(self.complete) >= self.gpb else None
+        wanted = set(range(self.base, self.base + self.gpb))
+        return sorted(wanted) if wanted <= set(self.complete) else None
+
+    def next_batch(self, timeout: float | None = None) -> Batch:
+        asked = self.clock()
+        deadline = None if timeout is None else asked + timeout
+        with self.cv:
+            self.wanted = True
+            self._pump()
+            while True:
+                if self.errors:
+                    raise self.errors.pop(0)
+                chosen = self._ready()
+                if chosen is not None:
+                    break
+                if self.stopping:
+                    raise RuntimeError("the assembler is stopped")
+                if deadline is not None and self.clock() > deadline:
+                    raise TimeoutError(f"no batch within {timeout:g} s")
+                self.cv.wait(1.0)
+            t_open, t_close = asked, self.clock()  # the TTB window: the consumer's wait for this batch
+            taken = set(chosen)
+            self.complete = [g for g in self.complete if g not in taken]
+            groups = [[m for m in self.groups.pop(g).members if m is not None] for g in chosen]
+            if not self.policy.cutoff:
+                self.base += self.gpb
+            if self.policy.cutoff and self.policy.straggler == "abort":
+                newest = max(chosen)
+                for g, grp in list(self.groups.items()):
+                    if g < newest and grp.left > 0 and not grp.aborted:
+                        grp.aborted = True
+                        grp.cancel.set()
+                        self.pending = deque((pg, pi) for pg, pi in self.pending if pg != g)
+                        grp.left -= self.group_size - grp.started  # never started: nothing to report
+                        if grp.left == 0:
+                            self.aborted.extend(_excluded(grp))
+                            del self.groups[g]
+            aborted, self.aborted = self.aborted, []
+            carried = sum(1 for grp in self.groups.values() if grp.started and not grp.aborted)
+            self.wanted = False
+            self.batches += 1
+            self._pump()
+            self.cv.notify_all()
+        batch = Batch(self.batches, groups, t_open, t_close, aborted)
+        batch.stats = self.window_stats(batch, carried_groups=carried)
+        self.running.forget_before(t_open)
+        return batch
+
+    def window_stats(self, batch: Batch, *, carried_groups: int = 0) -> dict[str, Any]:
+        trajs = batch.trajectories
+        times = [t.timings.get("episode_s", 0.0) for t in trajs]
+        ttb = batch.ttb_s
+        c = self.concurrency
+        work = sum(work_s(t) for t in trajs)
+        return {
+            "ttb_s": round(ttb, 4),
+            "trajectories": len(trajs),
+            "trajectory_s": {"p50": _pct(times, 50), "p90": _pct(times, 90), "p99": _pct(times, 99),
+                             "max": round(max(times), 4) if times else None},
+            # the share of the window in which a slot sat idle: nothing admissible, the batch waited on stragglers
+            "straggler_wait_share": round(self.running.time_below(batch.t_open, batch.t_close, c) / ttb, 4) if ttb > 0 else None,
+            "slot_idle_share": round(1 - self.running.integral(batch.t_open, batch.t_close) / (c * ttb), 4) if ttb > 0 else None,
+            "work_s": round(work, 3),
+            "ideal_s": round(work / c, 3),
+            "carried_groups": carried_groups,
+            "aborted_episodes": len(batch.aborted),
+        }
+
+    def stop(self) -> dict[str, int]:
+        """Stop admitting, cancel what runs (episodes end at their next turn boundary) and
+        wait for it. Returns what was left undelivered."""
+        with self.cv:
+            self.stopping = True
+            self.pending.clear()
+            for grp in self.groups.values():
+                grp.cancel.set()
+            self.cv.notify_all()
+        self.executor.shutdown(wait=True)
+        with self.cv:
+            left = {"groups": sum(1 for g in self.groups.values() if g.started),  # started, never delivered
+                    "groups_not_started": sum(1 for g in self.groups.values() if not g.started),
+                    "episodes_finished": sum(sum(m is not None for m in g.members) for g in self.groups.values()),
+                    "aborted_unreported": len(self.aborted)}
+        return left
+
+
+def _excluded(grp: _Group) -> list[Trajectory]:
+    """The members of an aborted group: none is trained on (the group is incomplete); members
+    cancelled mid-episode say so in their outcome, finished ones keep theirs."""
+    out = [m for m in grp.members if m is not None]
+    for m in out:
+        m.excluded = True
+        m.exclude_reason = m.exclude_reason or "its group was aborted as a straggler"
+    return out
+
+
+def _pct(values: list[float], p: float) -> float | None:
+    return round(percentile(values, p), 4) if values else None

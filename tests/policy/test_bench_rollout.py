@@ -1,0 +1,65 @@
+"""`envkit bench rollout` end to end on a small scale: two real vLLM replicas (CPU build),
+real Docker sandboxes of the repo environment, every policy of the ablation on the same seeded
+workload. Asserts the table's contents and accounting, never the timings' values (those
+belong to the benchmark's own run, docs/bench.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import ROOT
+
+pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
+
+
+def _cli(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ), timeout=timeout)
+
+
+@pytest.mark.timeout(1800)
+def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
+    proc = _cli("bench", "rollout", "-n", "16", "--group-size", "4", "--concurrency", "8", "--batches", "2",
+                "--replicas", "2", "--time-scale", "0.1", "--model", str(tiny), "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    rows = out["rows"]
+    assert [r["policy"] for r in rows] == ["naive", "+ warm pool", "+ continuous admission", "+ over-provisioning, cutoff",
+                                          "+ session affinity (optimized)"]
+    for r in rows:
+        assert r["trajectories"] == 32 and r["excluded"] == 0 and r["outcomes"] == ["ok"], r
+        assert len(r["ttb_per_batch_s"]) == 2 and r["ttb_s"] > 0 and r["ideal_s"] > 0
+        assert r["ttb_over_ideal"] == pytest.approx(r["ttb_s"] / r["ideal_s"], rel=1e-2)
+        t = r["trajectory_s"]
+        assert 0 < t["p50"] <= t["p90"] <= t["p99"]
+        for share in ("straggler_wait_share", "slot_idle_share", "inference_idle_share", "sandbox_utilisation"):
+            assert 0 <= r[share] <= 1, (share, r)
+        assert r["prefix_cache"]["replicas"] == 2 and r["prefix_cache"]["prompt_tokens"] > 0
+        assert sum(r["prefix_cache"]["requests"]) > 0
+    naive, pool = rows[0], rows[1]
+    assert naive["sandboxes"]["kind"] == "fresh" and naive["sandboxes"]["reused"] == 0
+    assert naive["sandboxes"]["created"] == 32  # one container per episode
+    assert pool["sandboxes"]["kind"] == "pool" and pool["sandboxes"]["reused"] > 0
+    assert naive["speedup_vs_naive"] == 1.0
+    assert rows[-1]["prefix_cache"]["affinity"] is True and naive["prefix_cache"]["affinity"] is False
+    assert out["ratio"] == pytest.approx(rows[-1]["ttb_s"] / naive["ttb_s"], rel=1e-3)
+    assert set(out["targets"]) == {"optimized_le_naive_over_3_5", "optimized_within_1_3_ideal"}
+    assert out["setup"]["workload"]["time_scale"] == 0.1
+
+    human = _cli("bench", "rollout", "-n", "8", "--group-size", "4", "--concurrency", "4", "--batches", "1",
+                 "--replicas", "1", "--time-scale", "0.05", "--policies", "naive,optimized", "--model", str(tiny))
+    assert human.returncode == 0, human.stderr[-3000:]
+    assert "envkit bench rollout" in human.stdout and "ideal bound" in human.stdout
+
+
+def test_bench_rollout_refuses_bad_input_before_starting_anything():
+    proc = _cli("bench", "rollout", "-n", "10", "--group-size", "4", timeout=120)
+    assert proc.returncode == 2 and "multiple of --group-size" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("bench", "rollout", "--policies", "fastest", timeout=120)
+    assert proc.returncode == 2 and "--policies" in proc.stderr
