@@ -26,6 +26,7 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 
 _lock = threading.Lock()
 _clients: dict[str, docker.DockerClient] = {}
+DOCKER_URL_POOLS = 2048
 
 
 def _where() -> str:
@@ -41,6 +42,16 @@ def engine_error(err: BaseException | None = None) -> DockerUnavailableError:
     )
 
 
+def _widen_url_pools(client: Any) -> None:
+    adapter = getattr(client.api, "_custom_adapter", None)
+    pools = getattr(adapter, "pools", None)
+    if adapter is None or pools is None or not hasattr(pools, "_maxsize"):
+        return  # another transport (TCP/TLS, SSH): requests' own pooling
+    from urllib3._collections import RecentlyUsedContainer
+
+    adapter.pools = RecentlyUsedContainer(DOCKER_URL_POOLS, dispose_func=lambda p: p.close())
+
+
 def connect(timeout: float = 120) -> Any:
     """A docker SDK client for the local engine, checked with a ping; cached per DOCKER_HOST."""
     key = f"{_where()}|{timeout}"
@@ -49,7 +60,14 @@ def connect(timeout: float = 120) -> Any:
         if client is not None:
             return client
         try:
-            client = docker.DockerClient(base_url=_where(), timeout=int(timeout), version="auto")
+            # docker-py keeps one connection pool per request URL (per container and endpoint) in
+            # an LRU of `num_pools` (default 25) and closes the pool it evicts, even while another
+            # thread is using it: at 64 concurrent sandboxes that surfaced as AttributeError
+            # ('NoneType' object has no attribute 'qsize') inside urllib3. Room for every
+            # concurrent sandbox's URLs.
+            # (docker-py 7 ignores its num_pools argument for unix sockets, so the LRU is resized here.)
+            client = docker.DockerClient(base_url=_where(), timeout=int(timeout), version="auto", max_pool_size=16)
+            _widen_url_pools(client)
             client.ping()
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
             raise engine_error(e) from None

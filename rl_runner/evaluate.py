@@ -12,7 +12,7 @@ from typing import Any
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
 from rl_runner.rollout.trajectory import Trajectory
 
@@ -40,7 +40,7 @@ def half_width_needed(values: list[float], target: float) -> int | None:
 
 def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient, tokenizer: Any, sampling: SamplingParams,
              episodes: int, concurrency: int = 8, seed: int = 0, retries: int = 2,
-             sandboxes: list[SandboxPool | FreshSandboxes] | None = None) -> dict[str, Any]:
+             sandboxes: list[Sandboxes] | None = None) -> dict[str, Any]:
     specs: list[tuple[int, EpisodeSpec]] = []
     for i in range(episodes):
         k = i % len(envs)

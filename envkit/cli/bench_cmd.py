@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import typer
@@ -137,6 +139,9 @@ def rollout(
     if as_json:
         print_json(result)
         return
+    saved = Path("runs/bench") / f"rollout-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     s = result["setup"]
     table = Table(title=f"envkit bench rollout  ({s['batches']} batch(es) of {s['trajectories']} per policy, groups of "
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
@@ -158,7 +163,7 @@ def rollout(
     console.print(f"ideal bound (work / concurrency) {result['ideal_s']:.1f} s; optimized / ideal "
                   f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: {'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
     console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB). "
-                  "Workload parameters: --json (setup.workload), docs/bench.md.[/]")
+                  f"Workload parameters: docs/bench.md; every figure: {saved}[/]")
 
 
 def _share(x: float | None) -> str:

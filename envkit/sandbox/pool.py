@@ -1,11 +1,22 @@
 """A warm pool of sandboxes: a target size, a creation rate limit, health checks.
 
-A filler thread keeps ``size`` sandboxes started (and prepared, e.g. reset) ahead of
-demand, creating at most ``max_create_per_s`` per second (a token bucket) with at most
-``max_parallel`` creations in flight, so a burst of demand never stampedes the engine.
-``acquire()`` hands out a ready sandbox after a liveness check (a dead one is replaced),
-or waits for one. Sandboxes are never reused: ``release()`` destroys in the background and
-the filler makes a fresh one.
+A filler thread keeps sandboxes started (and prepared, e.g. reset) ahead of demand, creating
+at most ``max_create_per_s`` per second (a token bucket) with at most ``max_parallel``
+creations in flight, so a burst of demand never stampedes the engine. ``acquire()`` hands out
+a ready sandbox after a liveness check (a dead one is replaced), or waits for one.
+
+Two modes:
+
+* ``reuse=False`` (default): ``size`` sandboxes are kept *ready* ahead of demand; sandboxes
+  are never reused: ``release()`` destroys in the background and the filler makes a fresh one.
+* ``reuse=True`` (the RL runner's pool): ``size`` is the number of sandboxes *alive* (ready,
+  held or being created), sized independently of how many episodes or inference requests run;
+  ``release(sb, reusable=True)`` puts a sandbox whose episode ended cleanly back (the next
+  episode's reset restores and checks the seeded state), ``reusable=False`` destroys it in the
+  background and the filler replaces it. When every sandbox is held, ``acquire()`` waits.
+
+Both record how many sandboxes were alive and held over time (:class:`Occupancy`), so a run
+can report sandbox utilisation.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envkit.errors import InfraFailure
+from envkit.occupancy import Occupancy
 
 __all__ = ["PoolStats", "RateLimiter", "WarmPool"]
 
@@ -54,6 +66,7 @@ class PoolStats:
     create_failures: int = 0
     hits: int = 0
     misses: int = 0
+    reused: int = 0
     unhealthy: int = 0
     destroyed: int = 0
     create_seconds: list[float] = field(default_factory=list)
@@ -63,11 +76,15 @@ class PoolStats:
 class WarmPool:
     def __init__(self, factory: Callable[[], Any], size: int, *, max_create_per_s: float = 4.0,
                  burst: float | None = None, max_parallel: int = 2, prepare: Callable[[Any], None] | None = None,
-                 health: Callable[[Any], bool] | None = None) -> None:
+                 health: Callable[[Any], bool] | None = None, reuse: bool = False) -> None:
         if size < 0:
             raise ValueError("size must be >= 0")
         self.factory = factory
         self.size = size
+        self.reuse = reuse
+        self._held = 0
+        self.alive = Occupancy()  # sandboxes that exist (being created, ready, held, being destroyed)
+        self.held = Occupancy()  # sandboxes handed out and not yet released
         self.prepare = prepare
         self.health = health if health is not None else (lambda sb: bool(getattr(sb, "alive", lambda: True)()))
         self.limiter = RateLimiter(max_create_per_s, burst)
@@ -85,8 +102,7 @@ class WarmPool:
     def _fill_loop(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and (len(self._ready) + self._in_flight >= self.size
-                                            or self._in_flight >= self.max_parallel):
+                while not self._closed and (self._counted() >= self.size or self._in_flight >= self.max_parallel):
                     self._cv.wait()
                 if self._closed:
                     return
@@ -100,9 +116,14 @@ class WarmPool:
                 self._in_flight += 1
             self._workers.submit(self._create_one)
 
+    def _counted(self) -> int:
+        """What counts toward ``size`` (holding ``_cv``): ready and being created, plus held with reuse."""
+        return len(self._ready) + self._in_flight + (self._held if self.reuse else 0)
+
     def _create_one(self) -> None:
         t0 = time.monotonic()
         sandbox = None
+        self.alive.add(1)
         try:
             sandbox = self.factory()
             if self.prepare is not None:
@@ -113,6 +134,8 @@ class WarmPool:
                 self.stats.last_error = f"{type(e).__name__}: {e}"[:500]
             if sandbox is not None:
                 self._destroy(sandbox)
+            else:
+                self.alive.add(-1)
             time.sleep(min(1.0, 1.0 / self.limiter.rate))
             sandbox = None
         orphan = None
@@ -134,8 +157,10 @@ class WarmPool:
             sandbox.destroy()
         except Exception:  # noqa: BLE001 - destruction is best effort; cleanup() sweeps by label
             pass
+        self.alive.add(-1)
         with self._cv:
             self.stats.destroyed += 1
+            self._cv.notify_all()
 
     # -- use -----------------------------------------------------------------------
     @property
@@ -167,6 +192,8 @@ class WarmPool:
                     sandbox = None
                 else:
                     while not self._ready:
+                        if self._closed:
+                            raise InfraFailure("pool_closed", "the sandbox pool is closed")
                         if first:
                             self.stats.misses += 1
                             first = False
@@ -180,19 +207,42 @@ class WarmPool:
                         self.stats.hits += 1
                     self._cv.notify_all()
             if sandbox is None:  # size 0: no pool, create on demand
-                sandbox = self.factory()
-                if self.prepare is not None:
-                    self.prepare(sandbox)
-                return sandbox
+                self.alive.add(1)
+                try:
+                    sandbox = self.factory()
+                    if self.prepare is not None:
+                        self.prepare(sandbox)
+                except BaseException:
+                    self.alive.add(-1)
+                    raise
+                return self._hand_out(sandbox)
             if self.health(sandbox):
-                return sandbox
+                return self._hand_out(sandbox)
             with self._cv:
                 self.stats.unhealthy += 1
             self._workers.submit(self._destroy, sandbox)
 
-    def release(self, sandbox: Any) -> None:
-        """Give a sandbox back: it is destroyed in the background, never reused."""
-        self._workers.submit(self._destroy, sandbox)
+    def _hand_out(self, sandbox: Any) -> Any:
+        with self._cv:
+            self._held += 1
+            if getattr(sandbox, "_envkit_used", False):
+                self.stats.reused += 1
+        self.held.add(1)
+        return sandbox
+
+    def release(self, sandbox: Any, *, reusable: bool = False) -> None:
+        """Give a sandbox back: with ``reuse`` and ``reusable`` it is ready for the next
+        acquire; otherwise it is destroyed in the background (and the filler replaces it)."""
+        self.held.add(-1)
+        with self._cv:
+            self._held -= 1
+            keep = self.reuse and reusable and not self._closed
+            if keep:
+                sandbox._envkit_used = True
+                self._ready.append(sandbox)
+            self._cv.notify_all()
+        if not keep:
+            self._workers.submit(self._destroy, sandbox)
 
     def close(self) -> None:
         with self._cv:

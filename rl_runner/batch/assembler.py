@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from envkit.bench import percentile
-from rl_runner.batch.occupancy import Occupancy
+from envkit.occupancy import Occupancy
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABLATION", "NAIVE", "OPTIMIZED", "AssemblyPolicy", "Assembler", "Batch", "work_s"]

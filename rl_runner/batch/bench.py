@@ -37,7 +37,7 @@ from rl_runner.batch.workload import WorkloadParams, draw_script, run_scripted_e
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer, has_cuda
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 
 __all__ = ["bench_rollout", "run_policy"]
 
@@ -75,8 +75,7 @@ def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, t
         raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
                         "choose a batch size that is a multiple of the group size")
     tasks = list(runtime.env.tasks)
-    sandboxes: SandboxPool | FreshSandboxes = (SandboxPool(runtime.backend, size=pool_size, max_parallel_create=4)
-                                               if policy.warm_pool else FreshSandboxes(runtime.backend))
+    sandboxes: Sandboxes = sandbox_pool(runtime.backend, pool_size) if policy.warm_pool else FreshSandboxes(runtime.backend)
 
     def episode(g: int, i: int, cancel: Any) -> Any:
         task = tasks[g % len(tasks)]
@@ -118,7 +117,7 @@ def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, t
         "slot_idle_share": _mean(r["slot_idle_share"] for r in rows),
         "inference_idle_share": _mean(r["inference_idle_share"] for r in rows),
         "sandbox_utilisation": _mean(r["sandbox_utilisation"] for r in rows),
-        "sandboxes": sandboxes.stats(),
+        "sandboxes": sandbox_stats(sandboxes),
         "prefix_cache": router.cache_stats(),
         "trajectories": len(trajs),
         "excluded": sum(t.excluded for t in trajs),

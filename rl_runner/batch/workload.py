@@ -42,7 +42,7 @@ from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.router import Router
 from rl_runner.rollout.loop import OBSERVATION_CAP, mark_aborted
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["Script", "Turn", "WorkloadParams", "draw_script", "run_scripted_episode"]
@@ -122,7 +122,7 @@ def _command(tool_s: float, out_bytes: int) -> str:
 
 
 def run_scripted_episode(runtime: EnvRuntime, task: Task, seed: int, script: Script, *, policy: PolicyClient | Router,
-                         sandboxes: SandboxPool | FreshSandboxes, group_id: str, params: WorkloadParams,
+                         sandboxes: Sandboxes, group_id: str, params: WorkloadParams,
                          cancel: threading.Event | None = None, session: str | None = None) -> Trajectory:
     timings: dict[str, float] = {}
     t0 = time.monotonic()

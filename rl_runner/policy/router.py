@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from rl_runner.batch.occupancy import Occupancy
+from envkit.occupancy import Occupancy
 from rl_runner.policy.client import Generation, PolicyClient, SamplingParams
 
 __all__ = ["Router"]

@@ -49,7 +49,7 @@ from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import WeightPublisher
 from rl_runner.recipes.config import Recipe
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
@@ -62,7 +62,7 @@ __all__ = ["TrainRun", "train"]
 class _Env:
     runtime: EnvRuntime
     tasks: list[Task]
-    sandboxes: SandboxPool | FreshSandboxes
+    sandboxes: Sandboxes
 
 
 @dataclass
@@ -93,10 +93,10 @@ def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
         else:
             tasks = list(runtime.env.tasks)
         if recipe.batch.policy == "naive":
-            sandboxes: SandboxPool | FreshSandboxes = FreshSandboxes(runtime.backend)
+            sandboxes: Sandboxes = FreshSandboxes(runtime.backend)
         else:
             share = math.ceil(recipe.concurrency / len(recipe.envs))
-            sandboxes = SandboxPool(runtime.backend, size=recipe.batch.pool_size or share + max(1, math.ceil(share / 4)))
+            sandboxes = sandbox_pool(runtime.backend, recipe.batch.pool_size or share + max(1, math.ceil(share / 4)))
         out.append(_Env(runtime, tasks, sandboxes))
     return out
 
@@ -393,8 +393,8 @@ def _batch_stats(batch: Batch, router: Router, envs: list[_Env]) -> dict[str, An
     return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
             "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
             "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
-            "sandboxes_created": sum(e.sandboxes.stats()["created"] for e in envs),
-            "sandboxes_reused": sum(e.sandboxes.stats()["reused"] for e in envs)}
+            "sandboxes_created": sum(sandbox_stats(e.sandboxes)["created"] for e in envs),
+            "sandboxes_reused": sum(sandbox_stats(e.sandboxes)["reused"] for e in envs)}
 
 
 def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from envkit.runtime import EnvRuntime, Episode
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABORTED", "OBSERVATION_CAP", "mark_aborted", "run_agent_episode"]
@@ -42,7 +42,7 @@ def _observe(episode: Episode, call: ToolCall) -> str:
 
 
 def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,
-                      sampling: SamplingParams, group_id: str, sandboxes: SandboxPool | FreshSandboxes | None = None,
+                      sampling: SamplingParams, group_id: str, sandboxes: Sandboxes | None = None,
                       cancel: threading.Event | None = None, session: str | None = None) -> Trajectory:
     """One episode. ``sandboxes`` (optional) lends a sandbox that a clean episode gives back
     for the next one (see :mod:`rl_runner.rollout.reuse`); without it the sandbox is fresh

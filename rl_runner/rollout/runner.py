@@ -18,7 +18,7 @@ from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.loop import run_agent_episode
-from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
 __all__ = ["EpisodeSpec", "collect", "plan", "run_with_retries", "summarize"]
@@ -46,7 +46,7 @@ def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> 
 def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
                      sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
                      policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300,
-                     sandboxes: SandboxPool | FreshSandboxes | None = None, cancel: threading.Event | None = None,
+                     sandboxes: Sandboxes | None = None, cancel: threading.Event | None = None,
                      session: str | None = None) -> Trajectory:
     """One episode, retried on a fresh sandbox after an infra or verifier failure; excluded
     with the reason when the retries run out. ``sandboxes`` lends reusable sandboxes to first

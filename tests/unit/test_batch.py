@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from envkit.occupancy import Occupancy
 from rl_runner.batch.assembler import ABLATION, NAIVE, OPTIMIZED, Assembler, AssemblyPolicy
-from rl_runner.batch.occupancy import Occupancy
 from rl_runner.batch.workload import WorkloadParams, draw_script
 from rl_runner.rollout.loop import ABORTED, mark_aborted
 from rl_runner.rollout.trajectory import Trajectory
@@ -221,6 +221,9 @@ class _Box:
     def __init__(self, n: int) -> None:
         self.n, self.destroyed = n, False
 
+    def alive(self) -> bool:
+        return not self.destroyed
+
     def destroy(self) -> None:
         self.destroyed = True
 
@@ -236,47 +239,42 @@ class _Backend:  # the declared seam: anything with create()
             return _Box(self.count)
 
 
-def test_warm_pool_prefills_reuses_clean_sandboxes_and_replaces_broken_ones():
-    from rl_runner.rollout.reuse import SandboxPool
+def test_reusing_pool_prefills_reuses_clean_sandboxes_and_replaces_broken_ones():
+    from rl_runner.rollout.reuse import sandbox_pool, sandbox_stats
 
     backend = _Backend()
-    pool = SandboxPool(backend, size=3, max_create_per_s=1000)
+    pool = sandbox_pool(backend, 3, max_create_per_s=1000)
     deadline = time.monotonic() + 10
     while backend.count < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
+    time.sleep(0.05)
     assert backend.count == 3  # created ahead of demand, and no more
-    a = pool.acquire()
-    pool.release(a, reusable=True)
-    assert pool.acquire() is a and pool.reused == 1
-    pool.release(a, reusable=False)  # broken: destroyed in the background, and replaced
+    for _ in range(4):  # three ready ones, then the first again: clean sandboxes come back
+        pool.release(pool.acquire(), reusable=True)
+    assert pool.stats.reused == 1 and backend.count == 3
+    pool.release(pool.acquire(), reusable=False)  # broken: destroyed in the background, and replaced
     deadline = time.monotonic() + 10
-    while (not a.destroyed or backend.count < 4) and time.monotonic() < deadline:
+    while backend.count < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert a.destroyed and backend.count == 4
+    assert backend.count == 4 and pool.stats.destroyed >= 1
     held = [pool.acquire() for _ in range(3)]
-    with pytest.raises(Exception, match="no sandbox became free"):
+    with pytest.raises(Exception, match="no sandbox became ready"):
         pool.acquire(timeout=0.2)  # sized independently of demand: a 4th waits
     for sb in held:
         pool.release(sb, reusable=True)
+    assert sandbox_stats(pool)["kind"] == "pool"
     pool.close()
     assert all(sb.destroyed for sb in held)
     assert pool.alive.value == 0 and pool.held.value == 0
 
 
-def test_on_demand_pool_and_fresh_sandboxes():
-    from rl_runner.rollout.reuse import FreshSandboxes, SandboxPool
+def test_fresh_sandboxes_are_created_per_episode_and_never_reused():
+    from rl_runner.rollout.reuse import FreshSandboxes, sandbox_stats
 
-    lazy = SandboxPool(_Backend(), max_idle=1)
-    a = lazy.acquire()
-    lazy.release(a, reusable=True)
-    assert lazy.acquire() is a and lazy.reused == 1
-    b = lazy.acquire()
-    lazy.release(a, reusable=True)
-    lazy.release(b, reusable=True)  # over max_idle: destroyed
-    lazy.close()
-    assert a.destroyed and b.destroyed
     fresh = FreshSandboxes(_Backend())
     c = fresh.acquire()
-    assert fresh.held.value == 1
+    assert fresh.held.value == 1 and fresh.alive.value == 1
     fresh.release(c, reusable=True)  # never reused: destroyed on the episode's clock
-    assert c.destroyed and fresh.alive.value == 0
+    assert c.destroyed and fresh.alive.value == 0 and fresh.held.value == 0
+    assert sandbox_stats(fresh) == {"kind": "fresh", "size": 0, "created": 1, "reused": 0, "destroyed": 1,
+                                    "create_failures": 0}
