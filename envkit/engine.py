@@ -26,7 +26,7 @@ TRANSPORT_ERRORS: tuple[type[Exception], ...] = (
 
 _lock = threading.Lock()
 _clients: dict[str, docker.DockerClient] = {}
-DOCKER_URL_POOLS = 2048
+DOCKER_URL_POOLS = 64
 
 
 def _where() -> str:
@@ -42,14 +42,14 @@ def engine_error(err: BaseException | None = None) -> DockerUnavailableError:
     )
 
 
-def _widen_url_pools(client: Any) -> None:
+def _safe_url_pools(client: Any) -> None:
     adapter = getattr(client.api, "_custom_adapter", None)
     pools = getattr(adapter, "pools", None)
     if adapter is None or pools is None or not hasattr(pools, "_maxsize"):
         return  # another transport (TCP/TLS, SSH): requests' own pooling
     from urllib3._collections import RecentlyUsedContainer
 
-    adapter.pools = RecentlyUsedContainer(DOCKER_URL_POOLS, dispose_func=lambda p: p.close())
+    adapter.pools = RecentlyUsedContainer(DOCKER_URL_POOLS)  # no dispose_func: eviction never closes a pool
 
 
 def connect(timeout: float = 120) -> Any:
@@ -60,14 +60,14 @@ def connect(timeout: float = 120) -> Any:
         if client is not None:
             return client
         try:
-            # docker-py keeps one connection pool per request URL (per container and endpoint) in
-            # an LRU of `num_pools` (default 25) and closes the pool it evicts, even while another
-            # thread is using it: at 64 concurrent sandboxes that surfaced as AttributeError
-            # ('NoneType' object has no attribute 'qsize') inside urllib3. Room for every
-            # concurrent sandbox's URLs.
-            # (docker-py 7 ignores its num_pools argument for unix sockets, so the LRU is resized here.)
-            client = docker.DockerClient(base_url=_where(), timeout=int(timeout), version="auto", max_pool_size=16)
-            _widen_url_pools(client)
+            # docker-py keeps one connection pool per request URL (per container, per exec) in an
+            # LRU of 25 and *closes* the pool it evicts, even while another thread's request (a
+            # long exec) still uses it: at 64 concurrent sandboxes that surfaced as
+            # AttributeError ('NoneType' object has no attribute 'qsize') inside urllib3. The LRU
+            # is replaced by one that drops evicted pools without closing them (a pool in use
+            # lives on until its request returns; then its sockets are freed with it).
+            client = docker.DockerClient(base_url=_where(), timeout=int(timeout), version="auto")
+            _safe_url_pools(client)
             client.ping()
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
             raise engine_error(e) from None

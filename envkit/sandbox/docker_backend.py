@@ -129,8 +129,9 @@ def _recv(raw: socket.socket, deadline: float) -> bytes:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise _Deadline()
-    ready, _, _ = select.select([raw], [], [], remaining)
-    if not ready:
+    poller = select.poll()  # not select(): a busy runner holds more than 1024 descriptors
+    poller.register(raw, select.POLLIN)
+    if not poller.poll(remaining * 1000):
         raise _Deadline()
     return raw.recv(65536)
 
