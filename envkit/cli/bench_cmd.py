@@ -146,13 +146,13 @@ def rollout(
     table = Table(title=f"envkit bench rollout  ({s['batches']} batch(es) of {s['trajectories']} per policy, groups of "
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
                         f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs)")
-    cols = ("policy", "TTB", "× naive", "/ ideal", "traj p50", "p90", "p99", "straggler wait", "slots idle",
-            "inference idle", "sandbox util", "prefix hits", "carried")
+    cols = ("policy", "TTB s", "×naive", "/ideal", "traj p50", "p90", "p99", "stragg wait", "slots idle",
+            "infer idle", "sbx util", "prefix hit", "carried")
     for col in cols:
-        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+        table.add_column(col, justify="left" if col == "policy" else "right")
     for r in result["rows"]:
         t = r["trajectory_s"]
-        table.add_row(r["policy"], f"{r['ttb_s']:.1f} s", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
+        table.add_row(r["policy"], f"{r['ttb_s']:.1f}", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
                       f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
                       _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
                       _share(r["prefix_cache"]["prefix_hit_rate"]), str(r["left_groups"]))
