@@ -160,12 +160,12 @@ class _FaultyPolicy:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
-    def generate(self, token_ids: list[int], params: SamplingParams) -> Generation:
+    def generate(self, token_ids: list[int], params: SamplingParams, *, session: str | None = None) -> Generation:
         ctx = self.chaos.ctx
         ctx.generations += 1
         if ctx.generations == 1:
             self.chaos.at_first_generation()
-        gen = self.real.generate(token_ids, replace(params))
+        gen = self.real.generate(token_ids, replace(params), session=session)
         forced = {"model_timeout": '<tool>{"name": "bash", "arguments": {"command": "sleep 600"}}</tool>',
                   "model_unparseable": "<tool>{not json</tool>"}.get(ctx.fault or "")
         if forced is not None and ctx.generations > 1:

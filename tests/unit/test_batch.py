@@ -180,7 +180,7 @@ def test_router_pins_sessions_and_round_robins_without_affinity():
         def __init__(self, name: str) -> None:
             self.url, self.calls = name, 0
 
-        def generate(self, ids: list[int], params: SamplingParams) -> Generation:
+        def generate(self, ids: list[int], params: SamplingParams, *, session: str | None = None) -> Generation:
             self.calls += 1
             return Generation([1], [0.0], ["0"], "length", cached_tokens=len(ids) // 2)
 
