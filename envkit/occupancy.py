@@ -32,6 +32,23 @@ class Occupancy:
                 self.times.append(now)
                 self.counts.append(count)
 
+    def add_span(self, t0: float, t1: float, delta: int = 1) -> None:
+        """Count ``delta`` over [t0, t1] after the fact (events reported by another process,
+        already converted to this clock); later counts shift with it."""
+        if t1 <= t0:
+            return
+        with self.lock:
+            for t, d in ((t0, delta), (t1, -delta)):
+                i = bisect.bisect_right(self.times, t)
+                if i > 0 and self.times[i - 1] == t:
+                    start = i - 1
+                else:
+                    self.times.insert(i, t)
+                    self.counts.insert(i, self.counts[i - 1] if i > 0 else 0)
+                    start = i
+                for j in range(start, len(self.counts)):
+                    self.counts[j] += d
+
     def _segments(self, t0: float, t1: float) -> list[tuple[float, int]]:
         """(duration, count) pieces covering [t0, t1]."""
         with self.lock:

@@ -61,14 +61,17 @@ class EpisodeResult:
 class EnvRuntime:
     """A built environment plus the means to run episodes on it."""
 
-    def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None) -> None:
+    def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None,
+                 backend: Any | None = None) -> None:
+        """``backend``: where sandboxes come from when not this machine's Docker (a cluster's
+        rollout worker passes one that refuses: its sandboxes come from sandbox hosts)."""
         self.env = env
         self.build = build_result or build(env, client=client)
         self.limits = SandboxLimits.from_spec(env.spec.limits)
         state = env.spec.state
-        self.backend = DockerBackend(self.build.image_id, self.limits, client=client,
-                                     labels={"org.envkit.env": env.ref},
-                                     has_repo=state.repo is not None, has_service=state.service is not None)
+        self.backend = backend if backend is not None else DockerBackend(
+            self.build.image_id, self.limits, client=client, labels={"org.envkit.env": env.ref},
+            has_repo=state.repo is not None, has_service=state.service is not None)
         self._first_hash: dict[int, str] = {}
         self._lock = threading.Lock()
 

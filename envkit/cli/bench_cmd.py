@@ -119,6 +119,12 @@ def rollout(
     policies: str = typer.Option("ablation", "--policies", help="ablation (all five rows) or naive,optimized."),
     model: Path = typer.Option(None, "--model", help="Model folder (default: a tiny random model, created if missing)."),
     seed: int = typer.Option(0, "--seed", help="Workload seed (the same for every policy)."),
+    backend: str = typer.Option("local", "--backend", help="local (this machine's Docker) or ray (sandbox hosts and "
+                                "rollout workers on a Ray cluster)."),
+    ray_address: str = typer.Option(None, "--ray-address", help="With --backend ray: the cluster (HOST:PORT); default: "
+                                    "start a local one."),
+    ray_nodes: int = typer.Option(2, "--ray-nodes", min=1, max=16, help="With --backend ray and no address: node "
+                                  "processes of the local cluster (each one sandbox host)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Time to a trainable batch: naive vs optimized batch assembly on the same workload, with an ablation."""
@@ -132,10 +138,15 @@ def rollout(
     if trajectories % group_size:
         raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
                         "make -n a multiple of --group-size")
+    if backend not in ("local", "ray"):
+        raise UserError(f"--backend {backend!r} is not known", "use --backend local or --backend ray")
+    if ray_address is not None and backend != "ray":
+        raise UserError("--ray-address is for --backend ray", "add --backend ray, or drop --ray-address")
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     result = bench_rollout(env=env, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
                            batches=batches, replicas=replicas, pool_size=pool_size or None, model=model, seed=seed,
-                           params=WorkloadParams(time_scale=time_scale), policies=chosen, say=note)
+                           params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
+                           ray_address=ray_address, ray_nodes=ray_nodes, say=note)
     if as_json:
         print_json(result)
         return
@@ -145,9 +156,9 @@ def rollout(
     s = result["setup"]
     table = Table(title=f"envkit bench rollout  ({s['batches']} batch(es) of {s['trajectories']} per policy, groups of "
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
-                        f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs)")
+                        f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs, {s['backend']} backend)")
     cols = ("policy", "TTB s", "×naive", "/ideal", "traj p50", "p90", "p99", "stragg wait", "slots idle",
-            "infer idle", "sbx util", "prefix hit", "carried")
+            "infer idle", "sbx util", "prefix hit", "carried", "retried", "excl")
     for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in result["rows"]:
@@ -155,14 +166,19 @@ def rollout(
         table.add_row(r["policy"], f"{r['ttb_s']:.1f}", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
                       f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
                       _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
-                      _share(r["prefix_cache"]["prefix_hit_rate"]), str(r["left_groups"]))
+                      _share(r["prefix_cache"]["prefix_hit_rate"]), str(r["left_groups"]), str(r["retries"]),
+                      str(r["excluded"]))
     console.print(table)
     tg = result["targets"]
     console.print(f"naive TTB {result['naive_ttb_s']:.1f} s, optimized {result['optimized_ttb_s']:.1f} s: ratio "
                   f"{result['ratio']:.3f} (1/{1 / result['ratio']:.2f}; target ≤ 1/3.5: {'met' if tg['optimized_le_naive_over_3_5'] else 'NOT met'})")
     console.print(f"ideal bound (work / concurrency) {result['ideal_s']:.1f} s; optimized / ideal "
                   f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: {'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
-    console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB). "
+    for r in result["rows"]:
+        for why, e in r["exclusions"].items():
+            console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): {e['evidence'].get('message', '')}[/]")
+    console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB); retried: "
+                  "infra failures run again on a fresh sandbox; excl: trajectories whose retries ran out. "
                   f"Workload parameters: docs/bench.md; every figure: {saved}[/]")
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,11 +33,12 @@ from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import LoadedEnvironment
 from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
-from rl_runner.batch.workload import WorkloadParams, draw_script, run_scripted_episode
+from rl_runner.batch.workload import WorkloadParams, scripted_episode
+from rl_runner.distributed.local import LocalRollouts
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer, has_cuda
-from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
+from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["bench_rollout", "run_policy"]
 
@@ -68,21 +69,27 @@ def _long_commands(env: LoadedEnvironment, params: WorkloadParams) -> LoadedEnvi
     return dataclasses.replace(env, spec=spec)
 
 
-def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, trajectories: int, group_size: int,
-               concurrency: int, batches: int, pool_size: int, seed: int, params: WorkloadParams) -> dict[str, Any]:
-    """Collect ``batches`` batches under ``policy``; returns the row (and the batches' stats)."""
+def run_policy(policy: AssemblyPolicy, backend: Any, *, trajectories: int, group_size: int, concurrency: int,
+               batches: int, pool_size: int, seed: int, params: WorkloadParams) -> dict[str, Any]:
+    """Collect ``batches`` batches under ``policy`` on ``backend`` (a
+    :class:`~rl_runner.distributed.local.LocalRollouts` or a Ray cluster's
+    :class:`~rl_runner.distributed.ray_backend.RayRollouts`); returns the row."""
     if trajectories % group_size:
         raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
                         "choose a batch size that is a multiple of the group size")
+    runtime, router = backend.runtime, backend.router
     tasks = list(runtime.env.tasks)
-    sandboxes: Sandboxes = sandbox_pool(runtime.backend, pool_size) if policy.warm_pool else FreshSandboxes(runtime.backend)
+    backend.configure("pool" if policy.warm_pool else "fresh", pool_size)
 
     def episode(g: int, i: int, cancel: Any) -> Any:
         task = tasks[g % len(tasks)]
-        script = draw_script(params, random.Random(f"{seed}:{g}:{i}"))
-        return run_scripted_episode(runtime, task, seed + g, script, policy=router, sandboxes=sandboxes,
-                                    group_id=f"{task.id}/{seed + g}", params=params, cancel=cancel,
-                                    session=f"{policy.name}/{g}/{i}")
+
+        def describe() -> Trajectory:
+            return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id,
+                              seed=seed + g, group_id=f"{task.id}/{seed + g}")
+
+        return backend.run(scripted_episode, {"g": g, "i": i, "seed": seed, "params": params},
+                           session=f"{policy.name}/{g}/{i}", cancel=cancel, describe=describe)
 
     asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size, concurrency=concurrency,
                     policy=policy)
@@ -92,15 +99,15 @@ def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, t
         asm.start()
         for _ in range(batches):
             b = asm.next_batch()
-            held = sandboxes.held.integral(b.t_open, b.t_close)
-            alive = sandboxes.alive.integral(b.t_open, b.t_close)
+            held, alive = backend.occupancy(b.t_open, b.t_close)
             b.stats["inference_idle_share"] = _r(router.idle_share(b.t_open, b.t_close))
             b.stats["sandbox_utilisation"] = _r(held / alive if alive > 0 else None)
             got.append(b)
             rows.append(b.stats)
     finally:
         left = asm.stop()
-        sandboxes.close()
+        stats = backend.sandbox_stats()
+        backend.configure("fresh", 0)  # the pool's sandboxes go now, not with the next policy's
     trajs = [t for b in got for t in b.trajectories]
     times = [t.timings.get("episode_s", 0.0) for t in trajs]
     ttbs = [b.ttb_s for b in got]
@@ -117,11 +124,19 @@ def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, t
         "slot_idle_share": _mean(r["slot_idle_share"] for r in rows),
         "inference_idle_share": _mean(r["inference_idle_share"] for r in rows),
         "sandbox_utilisation": _mean(r["sandbox_utilisation"] for r in rows),
-        "sandboxes": sandbox_stats(sandboxes),
+        "sandboxes": stats,
         "prefix_cache": router.cache_stats(),
         "trajectories": len(trajs),
+        # for capacity arithmetic (docs/cluster.md): per trajectory, generated tokens and the
+        # seconds it held a sandbox; generated tokens per second of TTB, over all replicas
+        "tokens_per_trajectory": _r(statistics.fmean(t.generated_tokens for t in trajs)) if trajs else None,
+        "sandbox_s_per_trajectory": _r(statistics.fmean(work_s(t) for t in trajs)) if trajs else None,
+        "tokens_per_s": _r(sum(t.generated_tokens for t in trajs) / sum(ttbs)) if sum(ttbs) > 0 else None,
         "excluded": sum(t.excluded for t in trajs),
+        "retries": sum(t.retries for t in trajs),
         "outcomes": sorted({t.outcome for t in trajs}),
+        "exclusions": _exclusions(trajs),
+        "placement": dict(Counter(t.placement.get("sandbox_node", "local")[:12] for t in trajs)),
         "aborted": sum(r["aborted_episodes"] for r in rows),
         "left_groups": left["groups"],
         "batches": rows,
@@ -131,7 +146,13 @@ def run_policy(policy: AssemblyPolicy, runtime: EnvRuntime, router: Router, *, t
 def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_size: int = 8, concurrency: int = 64,
                   batches: int = 2, replicas: int = 2, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
                   params: WorkloadParams | None = None, policies: list[AssemblyPolicy] | None = None,
+                  backend: str = "local", ray_address: str | None = None, ray_nodes: int = 2,
                   say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """``backend``: ``local`` (this machine's Docker, episodes on threads) or ``ray`` (sandbox
+    hosts and rollout workers on the Ray cluster at ``ray_address``; without one, a local
+    cluster of ``ray_nodes`` node processes is started and stopped)."""
+    if backend not in ("local", "ray"):
+        raise UserError(f"unknown backend `{backend}`", "use --backend local or --backend ray")
     params = params or WorkloadParams()
     policies = policies or ABLATION
     pool_size = pool_size if pool_size is not None else concurrency + max(2, concurrency // 4)
@@ -143,26 +164,36 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     servers = [VLLMServer(model_path, log_path=Path("runs/bench") / f"vllm-{k}.log",
                           cpu_bind=str(k % cpus) if bind else None) for k in range(replicas)]
     started: list[VLLMServer] = []
+    cluster: Any = None
     try:
         with ThreadPoolExecutor(max_workers=replicas) as ex:
             for s in ex.map(lambda s: s.start(), servers):
                 started.append(s)
-        clients = [PolicyClient(s.url) for s in started]
+        urls = [s.url for s in started]
+        if backend == "ray" and ray_address is None:
+            from rl_runner.distributed.ray_backend import LocalRayCluster
+
+            say(f"starting a local Ray cluster of {ray_nodes} node(s) …")
+            cluster = LocalRayCluster(ray_nodes).start()
+            ray_address = cluster.address
         out_rows = []
         for policy in policies:
             for s in started:  # every policy starts with cold prefix caches
                 httpx.post(f"{s.url}/reset_prefix_cache", params={"reset_running_requests": "true"}, timeout=30)
-            router = Router(clients, affinity=policy.affinity)
             say(f"{policy.name}: {batches} batch(es) of {trajectories} …")
             t0 = time.monotonic()
-            row = run_policy(policy, runtime, router, trajectories=trajectories, group_size=group_size,
-                             concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
+            runner = _backend(backend, runtime, urls, policy.affinity, ray_address, concurrency)
+            try:
+                row = run_policy(policy, runner, trajectories=trajectories, group_size=group_size,
+                                 concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
+            finally:
+                runner.close()
             row["wall_s"] = round(time.monotonic() - t0, 2)
             say(f"  TTB {row['ttb_s']:.1f} s (ideal {row['ideal_s']:.1f} s)")
             out_rows.append(row)
-        for c in clients:
-            c.close()
     finally:
+        if cluster is not None:
+            cluster.stop()
         for s in started:
             s.stop()
     naive = next((r for r in out_rows if r["policy"] == "naive"), out_rows[0])
@@ -178,10 +209,29 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
         "optimized_over_ideal": best["ttb_over_ideal"],
         "targets": {"optimized_le_naive_over_3_5": best["ttb_s"] <= naive["ttb_s"] / 3.5,
                     "optimized_within_1_3_ideal": (best["ttb_over_ideal"] or 99) <= 1.3},
-        "setup": {"env": runtime.env.ref, "trajectories": trajectories, "group_size": group_size, "concurrency": concurrency,
+        "setup": {"env": runtime.env.ref, "backend": backend, "trajectories": trajectories, "group_size": group_size, "concurrency": concurrency,
                   "batches": batches, "replicas": replicas, "pool_size": pool_size, "seed": seed, "model": str(model_path),
                   "cpus": os.cpu_count(), "workload": params.to_dict()},
     }
+
+
+def _backend(kind: str, runtime: EnvRuntime, urls: list[str], affinity: bool, address: str | None,
+             concurrency: int) -> Any:
+    if kind == "local":
+        return LocalRollouts(runtime, Router([PolicyClient(u) for u in urls], affinity=affinity))
+    from rl_runner.distributed.ray_backend import RayRollouts
+
+    return RayRollouts(runtime, urls, address=address, affinity=affinity, episodes_per_worker=concurrency).start()
+
+
+def _exclusions(trajs: list[Any]) -> dict[str, dict[str, Any]]:
+    """Why trajectories were excluded: a count per outcome and the first one's evidence."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in trajs:
+        if t.excluded:
+            e = out.setdefault(t.exclude_reason or t.outcome, {"count": 0, "evidence": t.evidence})
+            e["count"] += 1
+    return out
 
 
 def _r(x: float | None) -> float | None:

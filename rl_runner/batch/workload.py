@@ -195,3 +195,13 @@ def _excluded(traj: Trajectory, failure: EpisodeFailure, timings: dict[str, floa
     timings["episode_s"] = round(time.monotonic() - t0, 4)
     traj.timings = timings
     return traj
+
+
+def scripted_episode(ctx: Any, *, g: int, i: int, seed: int, params: WorkloadParams) -> Trajectory:
+    """Episode ``i`` of group ``g`` of the workload, as an episode function (either backend:
+    :mod:`rl_runner.distributed.local`): the group's task, the episode's drawn script."""
+    tasks = ctx.runtime.env.tasks
+    task = tasks[g % len(tasks)]
+    script = draw_script(params, random.Random(f"{seed}:{g}:{i}"))
+    return run_scripted_episode(ctx.runtime, task, seed + g, script, policy=ctx.policy, sandboxes=ctx.sandboxes,
+                                group_id=f"{task.id}/{seed + g}", params=params, cancel=ctx.cancel, session=ctx.session)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -25,9 +26,8 @@ __all__ = ["Router"]
 
 
 class Router:
-    def __init__(self, clients: list[PolicyClient], *, affinity: bool = True, max_sessions: int = 100_000) -> None:
-        if not clients:
-            raise ValueError("a router needs at least one replica")
+    def __init__(self, clients: list[PolicyClient], *, affinity: bool = True, max_sessions: int = 100_000,
+                 record: bool = False) -> None:
         self.clients = clients
         self.affinity = affinity
         self.max_sessions = max_sessions
@@ -38,6 +38,10 @@ class Router:
         self.prompt_tokens = [0] * len(clients)
         self.cached_tokens = [0] * len(clients)
         self.requests = [0] * len(clients)
+        # record=True (a rollout worker in another process): each request's (replica, wall-clock
+        # start, end, prompt tokens, cached tokens), per session, for the driver's router to absorb.
+        self.record = record
+        self.events: dict[str | None, list[tuple[int, float, float, int, int]]] = {}
 
     @property
     def url(self) -> str:
@@ -45,6 +49,8 @@ class Router:
 
     def _pick(self, session: str | None) -> int:
         n = len(self.clients)
+        if n == 0:
+            raise RuntimeError("this router has no policy replicas (it was made for episodes that do not generate)")
         if n == 1:
             return 0
         with self.lock:
@@ -62,6 +68,7 @@ class Router:
     def generate(self, token_ids: list[int], params: SamplingParams, *, session: str | None = None) -> Generation:
         k = self._pick(session)
         self.in_flight[k].add(1)
+        t0 = time.time()
         try:
             gen = self.clients[k].generate(token_ids, params)
         finally:
@@ -70,7 +77,24 @@ class Router:
             self.requests[k] += 1
             self.prompt_tokens[k] += len(token_ids)
             self.cached_tokens[k] += gen.cached_tokens or 0
+            if self.record:
+                self.events.setdefault(session, []).append((k, t0, time.time(), len(token_ids), gen.cached_tokens or 0))
         return gen
+
+    def take_events(self, session: str | None) -> list[tuple[int, float, float, int, int]]:
+        """The recorded requests of a session (and forget them)."""
+        with self.lock:
+            return self.events.pop(session, [])
+
+    def absorb(self, events: list[tuple[int, float, float, int, int]], offset: float) -> None:
+        """Count requests another process made (wall-clock times; ``offset`` = that process's
+        wall − this process's monotonic clock) as if this router had made them."""
+        with self.lock:
+            for k, t0, t1, prompt, cached in events:
+                self.in_flight[k].add_span(t0 - offset, t1 - offset)
+                self.requests[k] += 1
+                self.prompt_tokens[k] += prompt
+                self.cached_tokens[k] += cached
 
     def end_session(self, session: str) -> None:
         with self.lock:
@@ -78,7 +102,7 @@ class Router:
 
     def idle_share(self, t0: float, t1: float) -> float | None:
         """Mean over replicas of the share of [t0, t1] with no request in flight."""
-        if t1 <= t0:
+        if t1 <= t0 or not self.in_flight:
             return None
         return sum(o.time_below(t0, t1, 1) for o in self.in_flight) / (len(self.in_flight) * (t1 - t0))
 

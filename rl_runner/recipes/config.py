@@ -57,6 +57,14 @@ class BatchSection(_Strict):
     pool_size: int = Field(default=0, ge=0, le=100_000)  # warm sandboxes per environment; 0: its share of concurrency + 25%
 
 
+class RaySection(_Strict):
+    """``backend: ray`` (docs/cluster.md): sandbox hosts and rollout workers on a Ray cluster."""
+
+    address: str | None = None  # HOST:PORT of a running cluster; none: start a local one of `nodes` node processes
+    nodes: int = Field(default=2, ge=1, le=64)
+    workers: int = Field(default=0, ge=0, le=4096)  # rollout worker actors; 0: one per node
+
+
 class EvalSection(_Strict):
     episodes: int = Field(default=64, ge=0, le=100_000)
     temperature: float = Field(default=1.0, gt=0, le=5)
@@ -83,6 +91,8 @@ class Recipe(_Strict):
     trainer: TrainerSection = Field(default_factory=TrainerSection)
     async_: AsyncSection = Field(default_factory=AsyncSection, alias="async")
     batch: BatchSection = Field(default_factory=BatchSection)
+    backend: Literal["local", "ray"] = "local"  # where episodes run: this machine's Docker, or a Ray cluster
+    ray: RaySection = Field(default_factory=RaySection)
     eval: EvalSection = Field(default_factory=EvalSection)
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

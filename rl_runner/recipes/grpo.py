@@ -27,6 +27,7 @@ version just published).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import threading
@@ -49,6 +50,7 @@ from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import WeightPublisher
 from rl_runner.recipes.config import Recipe
+from rl_runner.rollout.loop import agent_episode
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
@@ -62,7 +64,17 @@ __all__ = ["TrainRun", "train"]
 class _Env:
     runtime: EnvRuntime
     tasks: list[Task]
-    sandboxes: Sandboxes
+    sandboxes: Sandboxes  # this machine's (with backend: ray, only evaluation uses them)
+    remote: Any = None  # backend: ray: the environment's RayRollouts (sandbox hosts, rollout workers)
+
+    def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
+        """(held, alive) sandbox-seconds of training episodes over a window."""
+        if self.remote is not None:
+            return self.remote.occupancy(t0, t1)
+        return self.sandboxes.held.integral(t0, t1), self.sandboxes.alive.integral(t0, t1)
+
+    def sandbox_stats(self) -> dict[str, Any]:
+        return self.remote.sandbox_stats() if self.remote is not None else sandbox_stats(self.sandboxes)
 
 
 @dataclass
@@ -92,13 +104,41 @@ def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
             tasks = [by_id[t] for t in entry.tasks]
         else:
             tasks = list(runtime.env.tasks)
-        if recipe.batch.policy == "naive":
+        if recipe.batch.policy == "naive" or recipe.backend == "ray":
             sandboxes: Sandboxes = FreshSandboxes(runtime.backend)
         else:
-            share = math.ceil(recipe.concurrency / len(recipe.envs))
-            sandboxes = sandbox_pool(runtime.backend, recipe.batch.pool_size or share + max(1, math.ceil(share / 4)))
+            sandboxes = sandbox_pool(runtime.backend, _pool_size(recipe))
         out.append(_Env(runtime, tasks, sandboxes))
     return out
+
+
+def _pool_size(recipe: Recipe) -> int:
+    """Warm sandboxes per environment: the recipe's, or its share of concurrency + 25%."""
+    share = math.ceil(recipe.concurrency / len(recipe.envs))
+    return recipe.batch.pool_size or share + max(1, math.ceil(share / 4))
+
+
+def _start_ray(recipe: Recipe, envs: list[_Env], url: str, router: Router, cleanup: contextlib.ExitStack,
+               say: Callable[[str], None]) -> None:
+    """backend: ray: a sandbox host per node and environment, rollout workers that load the
+    tokenizer; a local cluster when the recipe names none."""
+    from rl_runner.distributed.ray_backend import LocalRayCluster, RayRollouts
+    from rl_runner.rollout.loop import load_tokenizer
+
+    address = recipe.ray.address
+    if address is None:
+        say(f"starting a local Ray cluster of {recipe.ray.nodes} node(s) …")
+        cluster = LocalRayCluster(recipe.ray.nodes).start()
+        cleanup.callback(cluster.stop)
+        address = cluster.address
+    for e in envs:
+        e.remote = RayRollouts(e.runtime, [url], address=address, workers=recipe.ray.workers or None, affinity=True,
+                               max_retries=recipe.retries, worker_setup=functools.partial(load_tokenizer, str(recipe.model)),
+                               episodes_per_worker=recipe.concurrency, router=router).start()
+        cleanup.callback(e.remote.close)
+        e.remote.configure("fresh" if recipe.batch.policy == "naive" else "pool", _pool_size(recipe))
+        hosts = e.remote.live_hosts()
+        say(f"{e.runtime.env.ref}: {len(hosts)} sandbox host(s) on Ray, {len(e.remote.pool)} rollout worker(s)")
 
 
 def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
@@ -237,11 +277,14 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
         cleanup.callback(publisher.close)
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
-        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, publisher, metrics, server, on_step, say)
+        router = Router([policy], affinity=True)  # one server here; the router measures inference idle time
+        if recipe.backend == "ray":
+            _start_ray(recipe, envs, url, router, cleanup, say)
+        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics, server, on_step, say)
 
 
 def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tokenizer: Any, policy: PolicyClient,
-          publisher: WeightPublisher, metrics: MetricsLog, server: VLLMServer | None,
+          router: Router, publisher: WeightPublisher, metrics: MetricsLog, server: VLLMServer | None,
           on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
     s = recipe.sampling
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -252,10 +295,16 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     else:
         publisher.tag(str(version))
 
-    router = Router([policy], affinity=True)  # one server here; the router measures inference idle time
-
     def run_episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
         env, spec = _group(envs, recipe, g)
+        if env.remote is not None:
+            def describe() -> Trajectory:
+                return Trajectory(env_ref=env.runtime.env.ref, image_digest=env.runtime.build.image_id, task_id=spec.task.id,
+                                  seed=spec.seed, group_id=spec.group_id)
+
+            return env.remote.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
+                                                  "sampling": sampling},
+                                  session=f"{spec.group_id}/{i}", cancel=cancel, describe=describe)
         return run_with_retries(env.runtime, spec, policy=router, tokenizer=tokenizer, sampling=sampling,  # type: ignore[arg-type]
                                 max_retries=recipe.retries, policy_ready=server.healthy if server else None,
                                 sandboxes=env.sandboxes, cancel=cancel, session=f"{spec.group_id}/{i}")
@@ -387,14 +436,14 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
 def _batch_stats(batch: Batch, router: Router, envs: list[_Env]) -> dict[str, Any]:
     """The assembler's figures for this batch (TTB window: the trainer's wait for it), plus
     inference idle share and sandbox utilisation over the same window."""
-    held = sum(e.sandboxes.held.integral(batch.t_open, batch.t_close) for e in envs)
-    alive = sum(e.sandboxes.alive.integral(batch.t_open, batch.t_close) for e in envs)
+    spans = [e.occupancy(batch.t_open, batch.t_close) for e in envs]
+    held, alive = sum(h for h, _ in spans), sum(a for _, a in spans)
     idle = router.idle_share(batch.t_open, batch.t_close)
     return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
             "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
             "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
-            "sandboxes_created": sum(sandbox_stats(e.sandboxes)["created"] for e in envs),
-            "sandboxes_reused": sum(sandbox_stats(e.sandboxes)["reused"] for e in envs)}
+            "sandboxes_created": sum(e.sandbox_stats()["created"] for e in envs),
+            "sandboxes_reused": sum(e.sandbox_stats()["reused"] for e in envs)}
 
 
 def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:

@@ -80,7 +80,7 @@ class ChaosInjector:
 
     # -- seams ------------------------------------------------------------------------
     def wrap_runtime(self, runtime: EnvRuntime) -> EnvRuntime:
-        runtime.backend = _FaultyBackend(runtime.backend, self)  # type: ignore[assignment]
+        runtime.backend = _FaultyBackend(runtime.backend, self)
         return runtime
 
     def wrap_policy(self, policy: PolicyClient, tokenizer: Any) -> PolicyClient:

@@ -150,3 +150,19 @@ def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list
     traj.logprobs.extend(logprobs if model else [0.0] * len(ids))
     traj.weight_versions.extend(versions if model else [""] * len(ids))
     traj.loss_mask.extend([1 if model else 0] * len(ids))
+
+
+def agent_episode(ctx: Any, *, task_id: str, seed: int, group_id: str, sampling: SamplingParams) -> Trajectory:
+    """:func:`run_agent_episode` as an episode function (:mod:`rl_runner.distributed.local`):
+    on a Ray cluster it runs in a rollout worker, whose ``setup`` loaded the tokenizer
+    (``ctx.extra``); its sandbox comes from the sandbox host it was given."""
+    task = next(t for t in ctx.runtime.env.tasks if t.id == task_id)
+    return run_agent_episode(ctx.runtime, task, seed, policy=ctx.policy, tokenizer=ctx.extra, sampling=sampling,
+                             group_id=group_id, sandboxes=ctx.sandboxes, cancel=ctx.cancel, session=ctx.session)
+
+
+def load_tokenizer(model: str) -> Any:
+    """A rollout worker's ``setup``: the model's tokenizer (the folder must be readable there)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model)

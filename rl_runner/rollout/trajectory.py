@@ -37,6 +37,7 @@ class Trajectory:
     exclude_reason: str = ""
     turns: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    placement: dict[str, str] = field(default_factory=dict)  # where it ran, on a cluster (sandbox host, worker node)
 
     @property
     def generated_tokens(self) -> int:

@@ -168,6 +168,26 @@ def test_naive_batch_policy_starts_a_fresh_sandbox_per_episode(warm: Path, tmp_p
     assert bad.returncode == 2 and "naive" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.timeout(1500)
+def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Path):
+    """backend: ray: sandbox hosts on two Ray node processes, rollout workers that load the
+    tokenizer, generation against the same vLLM server, everything else unchanged."""
+    run_dir = tmp_path / "ray"
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=2", "groups_per_step=2", "group_size=4",
+                "concurrency=4", "eval.episodes=0", "eval.before=false", "backend=ray", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    trajs = [json.loads(line) for f in sorted((run_dir / "trajectories").glob("step-*.jsonl"))
+             for line in f.read_text().splitlines()]
+    assert len(trajs) >= 16 and all(t["placement"].get("sandbox_node") for t in trajs)
+    assert len({t["placement"]["sandbox_node"] for t in trajs}) == 2, "both sandbox hosts served episodes"
+    assert sum(t["outcome"].startswith("infra_failure") for t in trajs) == 0
+    assert all(len(t["weight_versions"]) == len(t["completion_token_ids"]) for t in trajs)
+    assert metrics[-1]["batch"]["sandboxes_reused"] > 0  # the hosts' warm pools
+    assert 0 <= metrics[-1]["batch"]["inference_idle_share"] < 1
+
+
 def test_bad_recipe_is_a_clear_error(tmp_path: Path):
     bad = tmp_path / "r.yaml"
     bad.write_text("model: nowhere\nenvs: [environments/shellcmd]\nsteps: -1\n")

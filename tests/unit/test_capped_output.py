@@ -18,3 +18,40 @@ def test_large_output_keeps_head_and_tail():
     assert out.endswith(b"0998\n0999\n")
     assert b"bytes elided" in out
     assert len(out) < 200
+
+
+def test_a_helper_whose_output_docker_lost_is_run_once_more_when_idempotent():
+    """Docker can drop a short exec's output entirely; idempotent helper commands (reset) are
+    rerun once; others, or a second silence, are an infra failure with the evidence."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from envkit.errors import InfraFailure
+    from envkit.sandbox import SandboxLimits
+    from envkit.sandbox.docker_backend import DockerSandbox, _Capped
+
+    def answer(text: bytes) -> tuple[_Capped, _Capped, bool]:
+        out = _Capped(1 << 20)
+        if text:
+            out.add(text)
+        return out, _Capped(1 << 20), False
+
+    sb = DockerSandbox(container=SimpleNamespace(id="c0"), limits=SandboxLimits(), image="sha256:x")
+    replies = [answer(b""), answer(b'{"state_hash": "sha256:a", "commit": "c"}\n')]
+    calls: list[list[str]] = []
+    sb._run = lambda cmd, **_kw: (calls.append(cmd), replies.pop(0))[1]  # type: ignore[method-assign]
+    assert sb._helper(["reset", "3"], user="agent")["state_hash"] == "sha256:a"
+    assert len(calls) == 2
+
+    calls.clear()
+    replies[:] = [answer(b""), answer(b"")]
+    with pytest.raises(InfraFailure) as e:
+        sb._helper(["reset", "3"], user="agent")
+    assert e.value.kind == "reset_failed" and len(calls) == 2
+
+    calls.clear()
+    replies[:] = [answer(b""), answer(b"{}\n")]
+    with pytest.raises(InfraFailure):
+        sb._helper(["http", "GET", "/"], user="agent")  # not idempotent in general: never rerun
+    assert len(calls) == 1
