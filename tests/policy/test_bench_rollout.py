@@ -69,7 +69,7 @@ def test_bench_rollout_on_a_local_ray_cluster_prints_the_same_table(tiny: Path):
     out = json.loads(proc.stdout)
     assert out["setup"]["backend"] == "ray"
     rows = out["rows"]
-    assert [r["policy"] for r in rows] == ["naive", "+ session affinity (optimized)"]
+    assert [r["policy"] for r in rows] == ["naive", "optimized"]
     for r in rows:
         assert r["trajectories"] == 8 and r["excluded"] == 0 and r["outcomes"] == ["ok"], (r["policy"], r["exclusions"])
         assert len(r["placement"]) == 2, r["placement"]  # both sandbox hosts (node processes) served episodes
