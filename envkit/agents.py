@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from envkit.errors import InfraFailure, ModelFailure, UserError, VerifierFailure
-from envkit.runtime import EnvRuntime, Episode, EpisodeResult
+from envkit.runtime import TOOL_ARGUMENTS, EnvRuntime, Episode, EpisodeResult
 from envkit.sandbox import Sandbox
 from envkit.spec import Task
 
@@ -58,16 +58,9 @@ class OracleAgent:
 
 def replay(episode: Episode, action: dict[str, Any]) -> None:
     tool = action.get("tool")
-    if tool == "http":
-        episode.http(action["method"], action["path"], action.get("body"))
-    elif tool == "browser":
-        episode.browser(action)
-    elif tool == "answer":
-        episode.answer(action["text"])
-    elif tool == "bash":
-        episode.step(action["command"])
-    else:
+    if tool not in TOOL_ARGUMENTS:
         raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
+    episode.act(str(tool), {k: v for k, v in action.items() if k != "tool"})
 
 
 @dataclass

@@ -19,7 +19,11 @@ from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, Sandbox, Sa
 from envkit.sandbox.docker_backend import DockerBackend
 from envkit.spec import LoadedEnvironment, Task
 
-__all__ = ["EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+__all__ = ["TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+
+# The tools an agent calls, with their required arguments (``answer`` is always offered).
+TOOL_ARGUMENTS: dict[str, tuple[str, ...]] = {"bash": ("command",), "http": ("method", "path"), "browser": ("action",),
+                                              "answer": ("text",)}
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,22 @@ class Episode:
         failed = observation.startswith("error:")
         self._record(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
         return observation
+
+    def act(self, tool: str, arguments: dict[str, Any]) -> str:
+        """One tool call by name (``bash``, ``http``, ``browser``, ``answer``; see
+        :data:`TOOL_ARGUMENTS`), as the text an agent observes. Model failures raise (and end
+        the episode where they are fatal); so do infra failures."""
+        if tool == "bash":
+            r = self.step(str(arguments["command"]))
+            return f"exit {r.exit_code}" + (f" ({r.limit_hit})" if r.limit_hit else "") + f"\n{r.stdout}{r.stderr}"
+        if tool == "http":
+            return json.dumps(self.http(str(arguments["method"]), str(arguments["path"]), arguments.get("body")))
+        if tool == "browser":
+            return self.browser(dict(arguments))
+        if tool == "answer":
+            self.answer(str(arguments["text"]))
+            return "answer recorded"
+        raise ModelFailure("tool_not_enabled", f"there is no tool {tool!r}")
 
     def close(self) -> None:
         """Release what the episode holds on the host (the browser)."""

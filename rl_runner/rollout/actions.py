@@ -17,10 +17,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from envkit.runtime import TOOL_ARGUMENTS
+
 __all__ = ["ToolCall", "UnparseableAction", "parse_action", "system_prompt"]
 
 _BLOCK = re.compile(r"<tool>(.*?)</tool>", re.DOTALL)
-_REQUIRED = {"bash": ("command",), "http": ("method", "path"), "browser": ("action",), "answer": ("text",)}
+_REQUIRED = TOOL_ARGUMENTS
 
 
 class UnparseableAction(ValueError):

@@ -4,7 +4,6 @@ fresh sandbox); model failures end the episode and keep the verifier's reward.""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import replace
@@ -26,19 +25,7 @@ OBSERVATION_CAP = 1500  # characters of one observation shown to the model
 
 
 def _observe(episode: Episode, call: ToolCall) -> str:
-    args = call.arguments
-    if call.name == "bash":
-        r = episode.step(str(args["command"]))
-        text = f"exit {r.exit_code}" + (f" ({r.limit_hit})" if r.limit_hit else "") + f"\n{r.stdout}{r.stderr}"
-    elif call.name == "http":
-        r2 = episode.http(str(args["method"]), str(args["path"]), args.get("body"))
-        text = json.dumps(r2)
-    elif call.name == "browser":
-        text = episode.browser({k: v for k, v in args.items()})
-    else:
-        episode.answer(str(args["text"]))
-        text = "answer recorded"
-    return text[:OBSERVATION_CAP]
+    return episode.act(call.name, call.arguments)[:OBSERVATION_CAP]
 
 
 def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,

@@ -1,0 +1,251 @@
+"""A Gymnasium-shaped Python API: ``envkit.make(ref)`` and ``envkit.check_env(env)``.
+
+    import envkit
+
+    env = envkit.make("envkit/pyfix@1.0.0")          # or a folder
+    obs, info = env.reset(seed=3)                     # obs: the task's instruction
+    obs, reward, terminated, truncated, info = env.step("pytest -q")
+    obs, reward, terminated, truncated, info = env.step({"tool": "answer", "text": "done"})
+    env.close()
+
+Actions: a string is a bash command (where the environment offers bash); a dict names a tool
+and its arguments, ``{"tool": "http", "method": "GET", "path": "/api/orders"}`` (or the
+runner's own form ``{"name": ..., "arguments": {...}}``); ``{"tool": "answer", "text": ...}``
+and ``{"tool": "submit"}`` end the episode. Observations are text, as an agent sees them.
+The reward is 0.0 until the episode ends, then the verifier's score. ``terminated``: the agent
+ended it (answer, submit) or a model failure made going on impossible; ``truncated``: the
+turn limit (``max_turns``, default the spec's) or the episode's time limit. ``info`` carries the
+task, seed, state hash, available tools, the turn and, at the end, the outcome (``ok`` or
+``model_failure:<kind>``) and the verifier's details.
+
+Infra failures (the sandbox or the engine failing) are not the agent's doing and are raised as
+:class:`~envkit.errors.InfraFailure`, never folded into a reward. A sandbox is created on the
+first ``reset`` and reused by later resets (a reset restores the seeded state exactly).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from envkit.errors import EnvkitError, InfraFailure, ModelFailure, UserError
+from envkit.runtime import TOOL_ARGUMENTS, EnvRuntime, Episode
+
+__all__ = ["EnvCheckError", "EnvkitEnv", "InvalidAction", "ResetNeeded", "check_env", "make"]
+
+_TIME_LIMITS = ("episode_timeout",)
+
+
+class InvalidAction(UserError):
+    """The action is not one this environment accepts (nothing ran)."""
+
+
+class ResetNeeded(UserError):
+    """``step`` without a running episode."""
+
+
+class EnvCheckError(EnvkitError):
+    """``check_env`` found the environment breaking the API's contract."""
+
+
+class EnvkitEnv:
+    """One environment, one sandbox at a time (see the module's docstring)."""
+
+    def __init__(self, runtime: EnvRuntime, *, task: str | None = None, max_turns: int | None = None) -> None:
+        self.runtime = runtime
+        self.task = task
+        spec = runtime.env.spec
+        self.tools = [t for t in spec.tools.enabled if t in TOOL_ARGUMENTS] + ["answer", "submit"]
+        self.max_turns = max_turns or spec.limits.max_turns
+        self._sandbox: Any = None
+        self._episode: Episode | None = None
+        self._turns = 0
+        if task is not None:
+            self._task(task)
+
+    @property
+    def ref(self) -> str:
+        return self.runtime.env.ref
+
+    def _task(self, task_id: str) -> Any:
+        tasks = {t.id: t for t in self.runtime.env.tasks}
+        if task_id not in tasks:
+            raise UserError(f"{self.ref} has no task {task_id!r}", f"choose among: {', '.join(sorted(tasks))}")
+        return tasks[task_id]
+
+    # -- the Gymnasium calls ---------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Start an episode: ``options={"task": ID}`` picks the task (else the one given to
+        ``make``, else task ``seed mod n``); ``seed=None`` draws one."""
+        options = options or {}
+        if seed is None:
+            seed = random.SystemRandom().randrange(2**31)
+        if not isinstance(seed, int) or seed < 0:
+            raise UserError(f"seed must be a non-negative integer, not {seed!r}", "pass seed=0, 1, 2, …")
+        task_id = options.get("task", self.task)
+        tasks = self.runtime.env.tasks
+        task = self._task(task_id) if task_id is not None else tasks[seed % len(tasks)]
+        self._end_episode()
+        for attempt in range(2):
+            if self._sandbox is None:
+                self._sandbox = self.runtime.backend.create()
+            episode = self.runtime.episode(task, seed, self._sandbox, "python")
+            try:
+                reset = episode.reset()
+                break
+            except InfraFailure:
+                self._drop_sandbox()  # a broken sandbox is replaced once
+                if attempt:
+                    raise
+        self._episode, self._turns = episode, 0
+        info = {"env": self.ref, "task_id": task.id, "seed": seed, "state_hash": reset.state_hash, "tools": list(self.tools),
+                "max_turns": self.max_turns}
+        return task.instruction, info
+
+    def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        episode = self._episode
+        if episode is None:
+            raise ResetNeeded("no episode is running (it ended, or reset() was never called)", "call env.reset() first")
+        tool, args = self._parse(action)
+        self._turns += 1
+        info: dict[str, Any] = {"turn": self._turns}
+        if tool == "submit":
+            return self._finish("", terminated=True, info=info)
+        try:
+            obs = episode.act(tool, args)
+        except ModelFailure as failure:
+            return self._finish(f"error: {failure.message}", terminated=failure.kind not in _TIME_LIMITS, info=info)
+        if tool == "answer":
+            return self._finish(obs, terminated=True, info=info)
+        if episode.model_failure is not None:
+            return self._finish(obs, terminated=episode.model_failure.kind not in _TIME_LIMITS, info=info)
+        if self._turns >= self.max_turns:
+            return self._finish(obs, terminated=False, info=info)
+        return obs, 0.0, False, False, info
+
+    def close(self) -> None:
+        self._end_episode()
+        self._drop_sandbox()
+
+    def __enter__(self) -> EnvkitEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _parse(self, action: Any) -> tuple[str, dict[str, Any]]:
+        if isinstance(action, str):
+            if "bash" not in self.tools:
+                raise InvalidAction(f"a string action is a bash command, and {self.ref} offers no bash tool",
+                                    f"pass a dict naming one of: {', '.join(self.tools)}")
+            return "bash", {"command": action}
+        if not isinstance(action, dict):
+            raise InvalidAction(f"an action is a string or a dict, not {type(action).__name__}",
+                                'e.g. "ls" or {"tool": "answer", "text": "..."}')
+        if "name" in action and isinstance(action.get("arguments", {}), dict) and "tool" not in action:
+            tool, args = action["name"], dict(action.get("arguments", {}))
+        else:
+            tool, args = action.get("tool"), {k: v for k, v in action.items() if k != "tool"}
+        if tool not in self.tools:
+            raise InvalidAction(f"unknown tool {tool!r} for {self.ref}", f"choose among: {', '.join(self.tools)}")
+        missing = [a for a in TOOL_ARGUMENTS.get(tool, ()) if a not in args]
+        if missing:
+            raise InvalidAction(f"tool {tool} needs {', '.join(missing)}", f"e.g. {{'tool': {tool!r}, "
+                                + ", ".join(f"{a!r}: ..." for a in TOOL_ARGUMENTS[tool]) + "}")
+        return tool, args
+
+    def _finish(self, obs: str, *, terminated: bool, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        episode = self._episode
+        assert episode is not None
+        failure = episode.model_failure or episode.limit_failure
+        verdict = episode.verify()
+        info.update(outcome=failure.outcome.label if failure else "ok", verifier=verdict.details)
+        self._end_episode()
+        return obs, float(verdict.reward), terminated, not terminated, info
+
+    def _end_episode(self) -> None:
+        if self._episode is not None:
+            self._episode.close()
+            self._episode = None
+
+    def _drop_sandbox(self) -> None:
+        if self._sandbox is not None:
+            try:
+                self._sandbox.destroy()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            self._sandbox = None
+
+
+def make(ref: str, *, task: str | None = None, max_turns: int | None = None) -> EnvkitEnv:
+    """An environment by folder or ref (``ns/name@version``: found locally or pulled from the
+    registry you are logged in to); its image is built if missing (reproducibly)."""
+    from envkit.catalog import resolve_environment
+
+    return EnvkitEnv(EnvRuntime(resolve_environment(ref)), task=task, max_turns=max_turns)
+
+
+def _probe_action(env: EnvkitEnv) -> dict[str, Any]:
+    """A harmless first action with the environment's first real tool."""
+    if "bash" in env.tools:
+        return {"tool": "bash", "command": "true"}
+    if "http" in env.tools:
+        return {"tool": "http", "method": "GET", "path": "/"}
+    if "browser" in env.tools:
+        return {"tool": "browser", "action": "read"}
+    return {}
+
+
+def check_env(env: EnvkitEnv, *, seed: int = 0) -> dict[str, Any]:
+    """Check ``env`` against this API's contract (the shapes and types of ``reset`` and
+    ``step``, seeded resets, how episodes end, refusals). Returns the checks passed; raises
+    :class:`EnvCheckError` listing every one that failed. Runs a few short episodes."""
+    passed: list[str] = []
+    failed: list[str] = []
+
+    def check(name: str, ok: bool, detail: str = "") -> None:
+        (passed if ok else failed).append(name if ok else f"{name}: {detail}")
+
+    obs, info = env.reset(seed=seed)
+    check("reset returns (str, dict)", isinstance(obs, str) and isinstance(info, dict), f"got {type(obs)}, {type(info)}")
+    check("reset info names task, seed, state hash",
+          {"task_id", "seed", "state_hash", "tools"} <= set(info) and info.get("seed") == seed, f"info keys {sorted(info)}")
+    obs2, info2 = env.reset(seed=seed)
+    check("same seed, same first observation and state", obs2 == obs and info2.get("state_hash") == info.get("state_hash"),
+          f"{info.get('state_hash')} then {info2.get('state_hash')}")
+    probe = _probe_action(env)
+    if probe:
+        out = env.step(probe)
+        check("step returns (str, float, bool, bool, dict)",
+              len(out) == 5 and isinstance(out[0], str) and isinstance(out[1], float) and isinstance(out[2], bool)
+              and isinstance(out[3], bool) and isinstance(out[4], dict), f"got {[type(x).__name__ for x in out]}")
+        check("no reward before the episode ends", out[1] == 0.0 and not out[2] and not out[3], f"got {out[1:4]}")
+    try:
+        env.step(12345)  # type: ignore[arg-type]
+        check("an invalid action is refused", False, "it was accepted")
+    except InvalidAction:
+        check("an invalid action is refused", True)
+    end = env.step({"tool": "answer", "text": ""})
+    check("answer ends the episode with a reward in [0, 1]",
+          end[2] is True and end[3] is False and isinstance(end[1], float) and 0.0 <= end[1] <= 1.0, f"got {end[1:4]}")
+    check("the end says its outcome", "outcome" in end[4], f"info keys {sorted(end[4])}")
+    try:
+        env.step({"tool": "answer", "text": ""})
+        check("step after the end asks for reset", False, "it was accepted")
+    except ResetNeeded:
+        check("step after the end asks for reset", True)
+    obs3, info3 = env.reset()
+    check("reset without a seed draws one", isinstance(info3.get("seed"), int), f"seed {info3.get('seed')!r}")
+    if probe:  # the turn limit, with a limit of 2 for the check
+        limit, env.max_turns = env.max_turns, 2
+        try:
+            env.reset(seed=seed)
+            first, last = env.step(probe), env.step(probe)
+        finally:
+            env.max_turns = limit
+        check("the turn limit truncates", not (first[2] or first[3]) and last[3] is True and last[2] is False,
+              f"got {first[1:4]} then {last[1:4]}")
+    if failed:
+        raise EnvCheckError(f"{env.ref} breaks the API in {len(failed)} check(s): " + "; ".join(failed))
+    return {"env": env.ref, "passed": passed}
