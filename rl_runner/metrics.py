@@ -18,6 +18,11 @@ def mean_or_none(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def pct(values: list[float], p: float, digits: int = 3) -> float | None:
+    """The ``p``-th percentile, rounded; None for no values."""
+    return round(percentile(values, p), digits) if values else None
+
+
 def distribution(values: list[float]) -> dict[str, float | int | None]:
     if not values:
         return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "max": None}

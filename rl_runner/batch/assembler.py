@@ -37,8 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from envkit.bench import percentile
 from envkit.occupancy import Occupancy
+from rl_runner.metrics import pct
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABLATION", "NAIVE", "OPTIMIZED", "AssemblyPolicy", "Assembler", "Batch", "work_s"]
@@ -235,7 +235,7 @@ class Assembler:
         return {
             "ttb_s": round(ttb, 4),
             "trajectories": len(trajs),
-            "trajectory_s": {"p50": _pct(times, 50), "p90": _pct(times, 90), "p99": _pct(times, 99),
+            "trajectory_s": {"p50": pct(times, 50, digits=4), "p90": pct(times, 90, digits=4), "p99": pct(times, 99, digits=4),
                              "max": round(max(times), 4) if times else None},
             # the share of the window in which a slot sat idle: nothing admissible, the batch waited on stragglers
             "straggler_wait_share": round(self.running.time_below(batch.t_open, batch.t_close, c) / ttb, 4) if ttb > 0 else None,
@@ -273,6 +273,3 @@ def _excluded(grp: _Group) -> list[Trajectory]:
         m.exclude_reason = m.exclude_reason or "its group was aborted as a straggler"
     return out
 
-
-def _pct(values: list[float], p: float) -> float | None:
-    return round(percentile(values, p), 4) if values else None

@@ -35,6 +35,7 @@ from envkit.spec import LoadedEnvironment
 from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
 from rl_runner.batch.workload import WorkloadParams, scripted_episode
 from rl_runner.distributed.local import LocalRollouts
+from rl_runner.metrics import pct
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer, has_cuda
@@ -119,7 +120,7 @@ def run_policy(policy: AssemblyPolicy, backend: Any, *, trajectories: int, group
         "ttb_per_batch_s": [round(x, 3) for x in ttbs],
         "ideal_s": round(ideal, 3),
         "ttb_over_ideal": round(statistics.fmean(ttbs) / ideal, 3) if ideal > 0 else None,
-        "trajectory_s": {"p50": _pct(times, 50), "p90": _pct(times, 90), "p99": _pct(times, 99)},
+        "trajectory_s": {"p50": pct(times, 50), "p90": pct(times, 90), "p99": pct(times, 99)},
         "straggler_wait_share": _mean(r["straggler_wait_share"] for r in rows),
         "slot_idle_share": _mean(r["slot_idle_share"] for r in rows),
         "inference_idle_share": _mean(r["inference_idle_share"] for r in rows),
@@ -242,10 +243,5 @@ def _mean(values: Any) -> float | None:
     vals = [v for v in values if v is not None]
     return round(statistics.fmean(vals), 4) if vals else None
 
-
-def _pct(values: list[float], p: float) -> float | None:
-    from envkit.bench import percentile
-
-    return round(percentile(values, p), 3) if values else None
 
 

@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from envkit.bench import percentile
 from envkit.errors import InfraFailure, VerifierFailure
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
+from rl_runner.metrics import pct
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.loop import run_agent_episode
 from rl_runner.rollout.reuse import Sandboxes
@@ -101,9 +101,6 @@ def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyC
     return apply_group_rule(done)
 
 
-def _pct(values: list[float], p: float) -> float | None:
-    return round(percentile(values, p), 3) if values else None
-
 
 def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, Any]:
     times = [t.timings.get("episode_s", 0.0) for t in trajectories if not t.excluded]
@@ -116,7 +113,7 @@ def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, Any]:
         "excluded": sum(t.excluded for t in trajectories),
         "retries": sum(t.retries for t in trajectories),
         "mean_reward": round(statistics.fmean(rewards), 4) if rewards else None,
-        "episode_s": {"p50": _pct(times, 50), "p90": _pct(times, 90), "p99": _pct(times, 99)},
+        "episode_s": {"p50": pct(times, 50), "p90": pct(times, 90), "p99": pct(times, 99)},
         "generated_tokens": generated,
         "generation_tokens_per_s": round(generated / wall_s, 1) if wall_s > 0 else None,
         "generation_tokens_per_generation_s": round(generated / gen_s, 1) if gen_s > 0 else None,
