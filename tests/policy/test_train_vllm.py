@@ -83,8 +83,10 @@ def test_publication_round_trip_and_no_stale_prefix(warm: Path, tmp_path: Path):
 @pytest.mark.timeout(1800)  # ~6.5 min here; room for a slower machine
 def test_toy_environment_learns(warm: Path, tmp_path: Path):
     """The bundled recipe (environments/shellcmd, task system-info, fixed seeds): the
-    evaluation of the starting weights (128 episodes) is below 0.1, the one after 16 steps
-    above 0.6."""
+    evaluation of the starting weights (128 episodes) is below 0.1; the one after 16 steps is
+    above 0.4 and its 95% interval clears the starting one's by 0.25. (Sampling is not seeded,
+    so runs differ: after-evaluations seen here 0.50 (a CI run) and above 0.6; a bar of 0.6
+    failed once on the first.)"""
     from rl_runner.recipes.config import load_recipe
     from rl_runner.recipes.grpo import train
 
@@ -94,7 +96,9 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     rewards = [m["reward"]["mean"] for m in run.metrics]
     assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, rewards)
     assert rewards[0] < 0.1, rewards
-    assert run.eval is not None and run.eval["mean"] > 0.6, (rewards, run.eval)
+    assert run.eval is not None and run.eval["mean"] > 0.4, (rewards, run.eval)
+    assert run.eval["ci95"][0] > run.eval_before["ci95"][1] + 0.25, (run.eval_before["ci95"], run.eval["ci95"])
+    assert max(rewards[-4:]) > 4 * max(rewards[0], 0.05), rewards  # the batches' reward rose too
     assert all(m["failures"]["infra"] == 0 for m in run.metrics)
 
 
