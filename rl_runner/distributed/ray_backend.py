@@ -403,7 +403,15 @@ class RayRollouts:
         handles = [host_cls.options(resources={HOST_RESOURCE: HOST_SHARE}, num_cpus=0, max_concurrency=4096, max_restarts=0,
                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                    .remote(spec, self.run_id) for node in nodes]
-        infos = ray.get([h.info.remote() for h in handles], timeout=300)
+        try:
+            infos = ray.get([h.info.remote() for h in handles], timeout=300)
+        except ray.exceptions.RayActorError as e:  # a host's constructor refused (e.g. its engine lacks the image)
+            for h in handles:
+                ray.kill(h)
+            why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), str(e)[-500:])
+            raise UserError(f"a sandbox host could not start: {why}",
+                            "every sandbox node needs Docker running and the environment's image (envkit build it "
+                            "there, or load it by digest)") from None
         self.hosts = [_Member(h, i) for h, i in zip(handles, infos, strict=True)]
         w = self.workers or len({i["node"] for i in infos})
         worker_cls = ray.remote(RolloutWorker)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from envkit.engine import connect
+from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from rl_runner.distributed.local import EpisodeContext
@@ -136,3 +137,12 @@ def test_a_killed_sandbox_host_fails_its_episodes_as_infra_and_they_are_retried_
     finally:
         rollouts.close()
     assert connect().containers.list(all=True, filters={"label": f"{RUN_LABEL}={rollouts.run_id}"}) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_node_without_the_image_is_a_clear_error(cluster: LocalRayCluster, runtime: EnvRuntime):
+    missing = EnvRuntime(runtime.env, build_result=runtime.build)
+    missing.backend.image = "sha256:" + "0" * 64  # an image no engine has
+    with pytest.raises(UserError, match="not in the Docker engine of node") as e:
+        RayRollouts(missing, [], address=cluster.address).start()
+    assert "envkit build" in e.value.hint
