@@ -17,7 +17,8 @@ vLLM replicas as separate servers.
   one is left). A sandbox host that dies mid-episode (node lost, actor killed) turns that
   episode's next sandbox call into ``infra_failure:sandbox_host_lost``; the host is marked
   dead, its episodes are retried elsewhere, and its containers are removed by a live host
-  that shares its engine (on a real cluster, by the next host started on that node). Each
+  that shares its engine (a lost node takes its containers with it; a host killed on a node
+  that stays up leaves them, labelled with the run, until removed by hand). Each
   episode's result is returned exactly once, with ``retries`` and the failed ``attempts``.
 
 Episode functions are module-level callables ``fn(ctx: EpisodeContext, **kwargs) ->
