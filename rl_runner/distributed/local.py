@@ -24,7 +24,7 @@ from rl_runner.policy.router import Router
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["EpisodeContext", "LocalRollouts", "excluded_after", "retryable"]
+__all__ = ["EpisodeContext", "LocalRollouts", "excluded_after", "failed", "retryable"]
 
 
 @dataclass
@@ -46,6 +46,15 @@ class EpisodeContext:
 def retryable(outcome: str) -> bool:
     """Infra and verifier failures are retried; a model's own failure is a result."""
     return outcome.startswith((FailureCategory.INFRA.value, FailureCategory.VERIFIER.value))
+
+
+def failed(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any], attempt: int,
+           attempts: list[str]) -> Trajectory:
+    """The record of an episode that ended in a failure that is not retried (the model's)."""
+    traj = describe()
+    traj.outcome, traj.evidence, traj.excluded, traj.exclude_reason = label, evidence, True, label
+    traj.retries, traj.attempts = attempt, list(attempts)
+    return traj
 
 
 def excluded_after(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any],
@@ -88,11 +97,7 @@ class LocalRollouts:
                 traj = fn(ctx, **kwargs)
             except EpisodeFailure as e:
                 if not retryable(e.outcome.label):
-                    traj = describe()
-                    traj.outcome, traj.evidence, traj.excluded, traj.exclude_reason = (
-                        e.outcome.label, e.evidence, True, e.outcome.label)
-                    traj.retries, traj.attempts = attempt, list(attempts)
-                    return traj
+                    return failed(describe, e.outcome.label, e.evidence, attempt, attempts)
                 last = (e.outcome.label, e.evidence)
                 attempts.append(last[0])
                 continue

@@ -52,7 +52,7 @@ from envkit.runtime import EnvRuntime
 from envkit.sandbox import ExecResult, ResetResult, SandboxLimits
 from envkit.sandbox.docker_backend import DockerBackend
 from envkit.spec import LoadedEnvironment
-from rl_runner.distributed.local import EpisodeContext, excluded_after, retryable, split
+from rl_runner.distributed.local import EpisodeContext, excluded_after, failed, retryable, split
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
@@ -526,9 +526,8 @@ class RayRollouts:
                 _, category, kind, message, evidence = reply[:5]
                 label = f"{category}:{kind}"
                 if not retryable(label):
-                    traj = describe()
-                    traj.outcome, traj.evidence, traj.excluded, traj.exclude_reason = label, evidence, True, label
-                    return self._placed(traj, attempt, attempts, host, worker_node)
+                    return self._placed(failed(describe, label, evidence, attempt, attempts), attempt, attempts, host,
+                                        worker_node)
                 last = (label, evidence)
             else:
                 traj = reply[1]
