@@ -73,10 +73,18 @@ class EnvRuntime:
         self.build = build_result or build(env, client=client)
         self.limits = SandboxLimits.from_spec(env.spec.limits)
         state = env.spec.state
-        self.backend = backend if backend is not None else DockerBackend(
-            self.build.image_id, self.limits, client=client, labels={"org.envkit.env": env.ref},
-            has_repo=state.repo is not None, has_service=state.service is not None)
-        self._first_hash: dict[int, str] = {}
+        self.container = env.spec.environment.kind == "container"
+        if backend is not None:
+            self.backend = backend
+        elif self.container:
+            from envkit.sandbox.container import ContainerBackend
+
+            self.backend = ContainerBackend(env, self.build.task_images, self.limits, client=client,
+                                            labels={"org.envkit.env": env.ref})
+        else:
+            self.backend = DockerBackend(self.build.image_id, self.limits, client=client, labels={"org.envkit.env": env.ref},
+                                         has_repo=state.repo is not None, has_service=state.service is not None)
+        self._first_hash: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
     def check_reset(self, reset: ResetResult) -> None:
@@ -85,8 +93,8 @@ class EnvRuntime:
         if pinned and reset.commit != pinned:
             raise InfraFailure("nondeterministic_reset", "the seeded repository is not at the pinned commit",
                                expected_commit=pinned, got_commit=reset.commit)
-        with self._lock:
-            first = self._first_hash.setdefault(reset.seed, reset.state_hash)
+        with self._lock:  # a container environment's tasks each have their own state
+            first = self._first_hash.setdefault((reset.seed, str(reset.extra.get("task", ""))), reset.state_hash)
         if first != reset.state_hash:
             raise InfraFailure("nondeterministic_reset", f"reset with seed {reset.seed} gave another state",
                                expected_hash=first, got_hash=reset.state_hash)
@@ -117,14 +125,23 @@ class Episode:
 
     def reset(self) -> ResetResult:
         t0 = time.monotonic()
-        self.reset_result = self.sandbox.reset(self.seed)
+        if self.runtime.container:
+            self.reset_result = self.sandbox.reset(self.seed, task=self.task.id)  # type: ignore[call-arg]
+        else:
+            self.reset_result = self.sandbox.reset(self.seed)
         self.runtime.check_reset(self.reset_result)
         self.timings["reset_s"] = round(time.monotonic() - t0, 4)
         self._started = time.monotonic()
         return self.reset_result
 
+    @property
+    def time_limit_s(self) -> float:
+        """The agent's time for the episode: the spec's, or a container task's own agent timeout."""
+        c = self.task.container
+        return c.agent_timeout_s if c is not None else float(self.spec.limits.episode_timeout_s)
+
     def _episode_timeout(self) -> ModelFailure:
-        return ModelFailure("episode_timeout", f"the episode ran past {self.spec.limits.episode_timeout_s:g} s")
+        return ModelFailure("episode_timeout", f"the episode ran past {self.time_limit_s:g} s")
 
     def _record(self, step: StepRecord) -> None:
         """Keep a tool step in the trace and add its time to the episode's tool time."""
@@ -138,7 +155,7 @@ class Episode:
         """Run one agent command; model-caused limits are recorded, infra errors raise."""
         if self.model_failure is not None:
             raise self.model_failure
-        left = self.spec.limits.episode_timeout_s - self.elapsed()
+        left = self.time_limit_s - self.elapsed()
         if left <= 0:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
@@ -162,7 +179,7 @@ class Episode:
         """The `http` tool: one request to the environment's service (JSON in and out)."""
         if "http" not in self.spec.tools.enabled:
             raise ModelFailure("tool_not_enabled", "this environment does not offer the http tool")
-        if self.elapsed() > self.spec.limits.episode_timeout_s:
+        if self.elapsed() > self.time_limit_s:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
         t0 = time.monotonic()
@@ -177,7 +194,7 @@ class Episode:
         """The `browser` tool: one action on the service's pages; returns a page snapshot."""
         if "browser" not in self.spec.tools.enabled:
             raise ModelFailure("tool_not_enabled", "this environment does not offer the browser tool")
-        if self.elapsed() > self.spec.limits.episode_timeout_s:
+        if self.elapsed() > self.time_limit_s:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
         from envkit.tools.browser import BrowserSession
@@ -222,6 +239,10 @@ class Episode:
         self.steps.append(StepRecord(f"answer {self.answer_text[:200]}", 0, "", "", 0.0, None))
 
     def verify(self) -> VerifyResult:
+        if self.task.container is not None:
+            from envkit.harbor import verify_container_task
+
+            return verify_container_task(self)
         t0 = time.monotonic()
         self.sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
         env = {

@@ -40,7 +40,7 @@ class _Strict(BaseModel):
 class EnvironmentSection(_Strict):
     name: str
     version: str
-    kind: Literal["repo", "api", "website"]
+    kind: Literal["repo", "api", "website", "container"]
     description: str = ""
 
     @field_validator("name")
@@ -72,6 +72,12 @@ RelPath = Annotated[str, Field(min_length=1)]
 class ImageSection(_Strict):
     base: str = BASE_IMAGE_NAME
     files: list[RelPath] = Field(default_factory=list)
+    # "envkit": one reproducible image assembled on the base (the default). "dockerfile": each
+    # task's own Dockerfile (a container environment, e.g. imported Harbor tasks), built by the
+    # engine: a declared non-reproducible build whose image IDs envkit.lock records.
+    build: Literal["envkit", "dockerfile"] = "envkit"
+    # FROM image -> local image, for bases that cannot be pulled (dockerfile builds only).
+    base_map: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("base")
     @classmethod
@@ -193,6 +199,30 @@ class EnvSpec(_Strict):
     tools: ToolsSection = Field(default_factory=ToolsSection)
 
 
+class ContainerTask(_Strict):
+    """How a task of a container environment runs (the Harbor task layout): the agent works
+    in the image built from ``<path>/environment`` as its own user; ``<path>/tests`` is copied
+    to /tests after the agent's phase and ``tests/test.sh`` writes /logs/verifier/reward.txt
+    or reward.json; ``<path>/solution/solve.sh`` is the oracle."""
+
+    path: RelPath  # the task's folder inside the environment
+    image: str | None = None  # a prebuilt local image instead of environment/Dockerfile
+    agent_timeout_s: float = Field(default=600, gt=0, le=86400)
+    verifier_timeout_s: float = Field(default=120, gt=0, le=86400)
+    build_timeout_s: float = Field(default=600, gt=0, le=86400)
+    cpus: float | None = Field(default=None, gt=0, le=64)
+    memory_mb: int | None = Field(default=None, ge=64, le=262144)
+    network: Literal["none", "bridge"] | None = None
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    agent_user: str = "root"
+    verifier_user: str = "root"
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        return _relative_path(v.rstrip("/"))
+
+
 class Task(_Strict):
     """One line of the task file."""
 
@@ -201,6 +231,7 @@ class Task(_Strict):
     difficulty: Literal["easy", "medium", "hard"] = "medium"
     oracle: RelPath
     params: dict[str, Any] = Field(default_factory=dict)
+    container: ContainerTask | None = None  # container environments only
 
     @field_validator("id")
     @classmethod
@@ -394,7 +425,21 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
         if tools & {"http", "browser"} and service is None:
             problems.append(Problem("tools.enabled", "the http and browser tools need a service",
                                     "add [state] service = {…}, or remove them from the list"))
-        if tools & {"bash", "edit_file"} and spec.state.repo is None:
+        container = spec.environment.kind == "container"
+        if container != (spec.image.build == "dockerfile"):
+            problems.append(Problem("image.build", f"a {spec.environment.kind} environment cannot use build = {spec.image.build!r}",
+                                    'use kind = "container" with build = "dockerfile" (images from each task\'s Dockerfile), '
+                                    'or the default build = "envkit" for repo, api and website environments'))
+        if spec.image.base_map and spec.image.build != "dockerfile":
+            problems.append(Problem("image.base_map", "base_map applies to Dockerfile builds only", "remove it"))
+        if container:
+            if spec.state.repo or spec.state.service or spec.state.database:
+                problems.append(Problem("state", "a container environment's state is each task's image",
+                                        "remove the [state] table"))
+            if set(spec.tools.enabled) != {"bash"}:
+                problems.append(Problem("tools.enabled", "a container environment offers the bash tool only",
+                                        'use tools.enabled = ["bash"]'))
+        elif tools & {"bash", "edit_file"} and spec.state.repo is None:
             problems.append(Problem("tools.enabled", "bash and edit_file work in a repository",
                                     'add [state] repo = {…}, or use tools.enabled = ["http"] / ["browser"]'))
         tasks_path = root / spec.tasks.file
@@ -403,10 +448,37 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
                                     "create the task file (one JSON object per line) or fix the path"))
         else:
             tasks = _load_tasks(tasks_path, spec.tasks.file, root, roots, problems)
+            for task in tasks:
+                _check_container_task(task, container, root, roots, problems)
     if problems:
         raise SpecError(source, problems)
     assert spec is not None
     return LoadedEnvironment(root=root.resolve(), spec=spec, tasks=tuple(tasks))
+
+
+def _check_container_task(task: Task, container: bool, root: Path, roots: list[str], problems: list[Problem]) -> None:
+    where = f"task {task.id}.container"
+    if not container:
+        if task.container is not None:
+            problems.append(Problem(where, "only container environments have per-task containers", "remove the task's container field"))
+        return
+    c = task.container
+    if c is None:
+        problems.append(Problem(where, "a container environment's task needs a container field",
+                                'add "container": {"path": "tasks/<id>"} (envkit import harbor writes it)'))
+        return
+    folder = root / c.path
+    if not folder.is_dir():
+        problems.append(Problem(f"{where}.path", f"`{c.path}` is not a folder in {root}", "fix the path or re-import the task"))
+        return
+    if not _covered(c.path, roots):
+        problems.append(Problem(f"{where}.path", f"`{c.path}` is not in the bundle", "add its folder to [image] files"))
+    if not (folder / "tests" / "test.sh").is_file():
+        problems.append(Problem(f"{where}.path", f"`{c.path}/tests/test.sh` does not exist",
+                                "add the verifier script that writes /logs/verifier/reward.txt or reward.json"))
+    if c.image is None and not (folder / "environment" / "Dockerfile").is_file():
+        problems.append(Problem(f"{where}.path", f"`{c.path}/environment/Dockerfile` does not exist and no image is named",
+                                "add the task's Dockerfile, or name a local image in the task's container.image"))
 
 
 def _load_tasks(path: Path, rel: str, root: Path, roots: list[str], problems: list[Problem]) -> list[Task]:

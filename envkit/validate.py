@@ -41,6 +41,7 @@ class ValidationReport:
     tasks: list[TaskCheck]
     determinism: dict[str, Any]
     seconds: float
+    reproducible: bool = True  # False: images built from Dockerfiles (container environments)
 
     @property
     def ok(self) -> bool:
@@ -67,7 +68,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "env": self.env, "image_id": self.image_id, "ok": self.ok, "seconds": self.seconds,
+            "env": self.env, "image_id": self.image_id, "ok": self.ok, "seconds": self.seconds, "reproducible": self.reproducible,
             "tasks": [{**asdict(t), "ok": t.ok} for t in self.tasks], "determinism": self.determinism,
         }
 
@@ -116,4 +117,5 @@ def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2,
             checks.append(check)
             if progress is not None:
                 progress(check)
-    return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism, round(time.monotonic() - t0, 2))
+    return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism, round(time.monotonic() - t0, 2),
+                            reproducible=runtime.build.reproducible)

@@ -10,7 +10,7 @@ import docker.errors
 import typer
 
 from envkit import __version__
-from envkit.cli import bench_cmd, build_cmd, dist_cmd, episode_cmd, init_cmd, model_cmd, registry_cmd, rollout_cmd, train_cmd
+from envkit.cli import bench_cmd, build_cmd, dist_cmd, episode_cmd, harbor_cmd, init_cmd, model_cmd, registry_cmd, rollout_cmd, train_cmd
 from envkit.cli.output import err_console
 from envkit.errors import EnvkitError, UserError
 
@@ -28,6 +28,8 @@ app.add_typer(bench_cmd.bench_app, name="bench")
 app.add_typer(build_cmd.base_app, name="base")
 app.add_typer(registry_cmd.registry_app, name="registry")
 app.add_typer(model_cmd.model_app, name="model")
+app.add_typer(harbor_cmd.import_app, name="import")
+app.add_typer(harbor_cmd.export_app, name="export")
 
 
 def _version(value: bool) -> None:

@@ -16,11 +16,13 @@ def register(app: typer.Typer) -> None:
     @app.command("build")
     def build(
         env: str = typer.Argument(..., help="Environment folder (or ns/name@version of a local one)."),
+        check_recorded: bool = typer.Option(False, "--check-recorded",
+                                            help="Container environments: fail if a rebuilt task image differs from envkit.lock's."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Bundle an environment and assemble its image; write envkit.lock."""
         loaded = resolve_environment(env)
-        result = build_image(loaded)
+        result = build_image(loaded, check_recorded=check_recorded)
         if as_json:
             print_json(result.to_dict())
             return
@@ -30,6 +32,11 @@ def register(app: typer.Typer) -> None:
         console.print(f"  image_id       {result.image_id}")
         console.print(f"  tag            {result.tag}")
         console.print(f"  lock           {result.lock_file}")
+        if not result.reproducible:
+            console.print(f"  [yellow]not reproducible[/]: {len(result.task_images)} task image(s) built from Dockerfiles, "
+                          "IDs recorded in the lock" + (" and equal to the recorded ones" if check_recorded else ""))
+            for task, image in sorted(result.task_images.items()):
+                console.print(f"    {task:<24} {image}")
 
 
 @base_app.command("build")

@@ -97,6 +97,9 @@ def register(app: typer.Typer) -> None:
             mark = "[green]ok[/]" if det.get("ok") else "[red]FAIL[/]"
             console.print(f"determinism (seed {det.get('seed')}, two fresh sandboxes): {mark} "
                           f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
+            if not report.reproducible:
+                console.print(f"image: [yellow]not reproducible[/] ({len(runtime.build.task_images)} task images built from "
+                              "Dockerfiles; their IDs are recorded in envkit.lock, `envkit build --check-recorded` compares a rebuild)")
             n_ok = sum(t.ok for t in report.tasks)
             console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")
         if registry is not None:

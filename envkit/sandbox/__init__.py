@@ -90,8 +90,9 @@ class Sandbox(Protocol):
     def id(self) -> str: ...
 
     def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
-             env: dict[str, str] | None = None, workdir: str = "/workspace") -> ExecResult:
-        """Run ``command`` under bash; never raises for what the command itself did."""
+             env: dict[str, str] | None = None, workdir: str | None = None) -> ExecResult:
+        """Run ``command`` under bash (in ``workdir``, by default the sandbox's working
+        folder); never raises for what the command itself did."""
         ...
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None: ...

@@ -198,6 +198,8 @@ class DockerSandbox:
     last_reset: ResetResult | None = field(default=None, repr=False)
     has_repo: bool = True
     has_service: bool = False
+    users: dict[str, str] = field(default_factory=lambda: dict(_USERS), repr=False)  # role -> uid:gid
+    workdir: str = "/workspace"  # where commands run unless told otherwise
     _channel: _Channel | None = field(default=None, repr=False)
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -252,7 +254,7 @@ class DockerSandbox:
         """Run one exec; returns (stdout, stderr, hit_deadline). Raises InfraFailure."""
         out, err = _Capped(limit), _Capped(limit)
         try:
-            ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=_USERS.get(user, user),
+            ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=self.users.get(user, user),
                                        environment=env or {}, workdir=workdir)
             sock = self._api.exec_start(ex["Id"], socket=True)
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
@@ -274,7 +276,8 @@ class DockerSandbox:
 
     # -- the Sandbox protocol ------------------------------------------------------
     def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
-             env: dict[str, str] | None = None, workdir: str = "/workspace") -> ExecResult:
+             env: dict[str, str] | None = None, workdir: str | None = None) -> ExecResult:
+        workdir = workdir or self.workdir
         timeout = float(timeout_s if timeout_s is not None else self.limits.command_timeout_s)
         nonce = "@@envkit-" + secrets.token_hex(8)
         t0 = time.monotonic()

@@ -1,0 +1,440 @@
+"""Harbor / Terminal-Bench task folders in and out of envkit.
+
+A Harbor task is a folder::
+
+    task.toml            metadata, agent / verifier / environment settings
+    instruction.md       the prompt
+    environment/         the Dockerfile (and its build context) of the task's container
+    tests/test.sh        run after the agent; writes /logs/verifier/reward.txt or reward.json
+    solution/solve.sh    the reference solution (envkit's oracle)
+
+:func:`import_harbor` turns several into one *container* environment (``kind =
+"container"``, ``[image] build = "dockerfile"``): the folders are copied verbatim under
+``tasks/<id>/`` and ``tasks.jsonl`` carries each task's mapped settings in its ``container``
+field; what does not map is listed in the returned report (and ``harbor-import.json``), never
+dropped silently. :func:`export_harbor` writes the folders back. :func:`verify_container_task`
+is the Harbor verifier phase as envkit runs it. The field mapping is in docs/harbor.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import tempfile
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envkit.errors import UserError, VerifierFailure
+from envkit.refs import NAME_RE, is_semver
+from envkit.sandbox import AGENT, VERIFIER
+from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
+
+if TYPE_CHECKING:
+    from envkit.runtime import Episode, VerifyResult
+
+__all__ = ["ImportReport", "TaskImport", "export_harbor", "import_harbor", "parse_base_map", "verify_container_task"]
+
+REPORT_FILE = "harbor-import.json"
+VERIFIER_COMMAND = "bash /tests/test.sh"
+SOLVE = "solve.sh"
+_DIFFICULTIES = ("easy", "medium", "hard")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+
+
+@dataclass
+class TaskImport:
+    id: str
+    source: str
+    image: str  # "Dockerfile" or the named image
+    mapped: dict[str, Any]
+    unsupported: list[str] = field(default_factory=list)
+    carried: list[str] = field(default_factory=list)  # kept in params (and written back by export), not used
+
+
+@dataclass
+class ImportReport:
+    env: str
+    out: str
+    tasks: list[TaskImport]
+    base_map: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": self.env, "out": self.out, "base_map": self.base_map, "tasks": [asdict(t) for t in self.tasks]}
+
+
+def parse_base_map(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        src, eq, dst = item.partition("=")
+        if not eq or not src.strip() or not dst.strip():
+            raise UserError(f"`--base-map {item}` is not FROM=LOCAL", "write e.g. --base-map python:3.12-slim=envkit/base")
+        out[src.strip()] = dst.strip()
+    return out
+
+
+def _task_dirs(paths: list[Path]) -> list[Path]:
+    found: list[Path] = []
+    for p in paths:
+        if not p.is_dir():
+            raise UserError(f"`{p}` is not a folder", "give Harbor task folders (each with task.toml) or a folder of them")
+        if (p / "task.toml").is_file():
+            found.append(p)
+            continue
+        inner = sorted(d for d in p.iterdir() if d.is_dir() and (d / "task.toml").is_file())
+        if not inner:
+            raise UserError(f"`{p}` holds no Harbor task (no task.toml in it or in its subfolders)",
+                            "give the task folders themselves, or the dataset folder that holds them")
+        found.extend(inner)
+    return found
+
+
+def _task_id(folder: Path) -> str:
+    tid = re.sub(r"[^a-z0-9._-]+", "-", folder.name.lower()).strip("-._")[:64] or "task"
+    if not NAME_RE.match(tid):
+        tid = "t-" + tid
+    return tid
+
+
+def _memory_mb(value: Any) -> int:
+    if isinstance(value, (int, float)):
+        return int(value)
+    m = _MEMORY.match(str(value))
+    if not m:
+        raise ValueError(f"`{value}` is not a memory size")
+    unit = (m.group(2) or "m").lower()[0]
+    scale = {"b": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
+    return int(float(m.group(1)) * scale)
+
+
+def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], TaskImport]:
+    """(task line, its container field, the report row) for one Harbor task folder."""
+    where = folder / "task.toml"
+    try:
+        conf = tomllib.loads(where.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{where}: not valid TOML: {e}", "fix the file, or leave this task out") from None
+    instruction_path = folder / "instruction.md"
+    instruction = instruction_path.read_text(encoding="utf-8").strip() if instruction_path.is_file() else ""
+    problems = []
+    if not instruction:
+        problems.append("instruction.md is missing or empty")
+    if not (folder / "tests" / "test.sh").is_file():
+        problems.append("tests/test.sh is missing")
+    if not (folder / "solution" / SOLVE).is_file():
+        problems.append("solution/solve.sh is missing (envkit validates every task with it as the oracle)")
+    env_dir = folder / "environment"
+    has_dockerfile = (env_dir / "Dockerfile").is_file()
+    compose = [p.name for p in (env_dir.glob("docker-compose.y*ml") if env_dir.is_dir() else []) if p.is_file()]
+    environment = dict(conf.get("environment") or {})
+    if not has_dockerfile and not environment.get("docker_image"):
+        problems.append("environment/Dockerfile is missing and [environment] docker_image names no image"
+                        + (" (compose-only environments are not supported yet)" if compose else ""))
+    if problems:
+        raise UserError(f"{folder} is not an importable Harbor task: " + "; ".join(problems),
+                        "fix the task folder, or leave it out of the import")
+
+    unsupported: list[str] = []
+    carried: list[str] = []
+    container: dict[str, Any] = {"path": f"tasks/{tid}"}
+    task: dict[str, Any] = {"id": tid, "instruction": instruction, "oracle": f"tasks/{tid}/solution/{SOLVE}"}
+    params: dict[str, Any] = {}
+    if folder.name != tid:
+        params["harbor_name"] = folder.name
+
+    def number(table: str, key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise UserError(f"{where}: [{table}] {key} = {value!r} is not a positive number", "fix the value")
+        return float(value)
+
+    for key, value in conf.items():
+        if key in ("version", "schema_version") and not isinstance(value, dict):
+            continue  # the task format's version
+        if key == "metadata" and isinstance(value, dict):
+            meta = dict(value)
+            difficulty = meta.get("difficulty")
+            if difficulty in _DIFFICULTIES:
+                task["difficulty"] = difficulty
+            elif difficulty is not None:
+                unsupported.append(f"metadata.difficulty = {difficulty!r} (envkit knows easy, medium, hard; medium used)")
+            if meta:
+                params["harbor_metadata"] = meta
+                carried += [f"metadata.{k}" for k in meta if k != "difficulty"]
+        elif key == "verifier" and isinstance(value, dict):
+            for k, v in value.items():
+                if k == "timeout_sec":
+                    container["verifier_timeout_s"] = number("verifier", k, v)
+                elif k == "env" and isinstance(v, dict):
+                    container["verifier_env"] = {str(a): str(b) for a, b in v.items()}
+                elif k == "user" and isinstance(v, str):
+                    container["verifier_user"] = v
+                else:
+                    unsupported.append(f"verifier.{k}")
+        elif key == "agent" and isinstance(value, dict):
+            for k, v in value.items():
+                if k == "timeout_sec":
+                    container["agent_timeout_s"] = number("agent", k, v)
+                elif k == "user" and isinstance(v, str):
+                    container["agent_user"] = v
+                else:
+                    unsupported.append(f"agent.{k}")
+        elif key == "environment" and isinstance(value, dict):
+            for k, v in value.items():
+                if k == "build_timeout_sec":
+                    container["build_timeout_s"] = number("environment", k, v)
+                elif k == "cpus":
+                    container["cpus"] = number("environment", k, v)
+                elif k in ("memory_mb", "memory"):
+                    try:
+                        container["memory_mb"] = max(64, _memory_mb(v))
+                    except ValueError:
+                        raise UserError(f"{where}: [environment] {k} = {v!r} is not a memory size", "write e.g. 2048 or \"2G\"") from None
+                elif k == "allow_internet" and isinstance(v, bool):
+                    container["network"] = "bridge" if v else "none"
+                elif k == "docker_image" and isinstance(v, str):
+                    if has_dockerfile:
+                        unsupported.append("environment.docker_image (the task's Dockerfile is built instead)")
+                    else:
+                        container["image"] = v
+                elif k == "gpus" and v in (0, None):
+                    continue
+                else:
+                    unsupported.append(f"environment.{k}" + (" (not enforced: the container's disk is not capped)"
+                                                             if k in ("storage_mb", "storage") else ""))
+        elif isinstance(value, dict):
+            unsupported += [f"{key}.{k}" for k in value] or [f"{key} (an empty table)"]
+        else:
+            unsupported.append(key)
+    if compose:
+        unsupported.append(f"environment/{compose[0]} (only the Dockerfile's container runs; other services do not)")
+    # No allow_internet: Harbor's default allows the internet; envkit's sandboxes run without a
+    # network unless allow_internet = true (docs/harbor.md), so the field stays unset.
+    if params:
+        task["params"] = params
+    row = TaskImport(id=tid, source=str(folder), image="Dockerfile" if has_dockerfile else str(container.get("image")),
+                     mapped={k: v for k, v in container.items() if k != "path"}, unsupported=unsupported, carried=carried)
+    return task, container, row
+
+
+def _spec_text(name: str, version: str, description: str, base_map: dict[str, str], containers: list[dict[str, Any]]) -> str:
+    agent = max((c.get("agent_timeout_s", 600.0) for c in containers), default=600.0)
+    verifier = min(max((c.get("verifier_timeout_s", 120.0) for c in containers), default=120.0), 3600.0)
+    lines = [
+        "# Written by `envkit import harbor`: one container environment whose tasks are Harbor task folders.",
+        "spec_version = 1", "", "[environment]", f"name = {json.dumps(name)}", f"version = {json.dumps(version)}",
+        'kind = "container"', f"description = {json.dumps(description)}", "", "[image]",
+        'build = "dockerfile"  # each task\'s environment/Dockerfile: not reproducible (image IDs recorded in envkit.lock)',
+        'files = ["tasks"]',
+    ]
+    if base_map:
+        lines.append("base_map = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sorted(base_map.items())) + " }")
+    lines += ["", "[verifier]", f"command = {json.dumps(VERIFIER_COMMAND)}  # after /tests is copied in; each task's own timeout applies",
+              f"timeout_s = {verifier:g}", "", "[limits]", "cpus = 1.0", "memory_mb = 2048", "pids = 1024",
+              f"command_timeout_s = {agent:g}  # each task's agent timeout bounds its episode",
+              f"episode_timeout_s = {agent:g}", 'network = "none"', "", "[tools]", 'enabled = ["bash"]', ""]
+    return "\n".join(lines)
+
+
+def import_harbor(paths: list[Path], out: Path, *, name: str, version: str = "1.0.0",
+                  base_map: dict[str, str] | None = None) -> ImportReport:
+    """Write one container environment at ``out`` from Harbor task folders (or folders of them).
+    Nothing is written unless every task maps; ``out`` must not exist or be empty."""
+    base_map = dict(base_map or {})
+    parts = name.split("/")
+    if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or len(parts[0]) < 2:
+        raise UserError(f"`{name}` is not namespace/name", "give --name like harbor/my-tasks (lowercase)")
+    if not is_semver(version):
+        raise UserError(f"`{version}` is not a semantic version", "give --version like 1.0.0")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"`{out}` exists and is not empty", "choose a new folder for --out (nothing was written)")
+    folders = _task_dirs(paths)
+    ids: dict[str, Path] = {}
+    lines, containers, rows = [], [], []
+    for folder in folders:
+        tid = _task_id(folder)
+        if tid in ids:
+            raise UserError(f"two tasks map to the id `{tid}`: {ids[tid]} and {folder}", "rename one of the folders")
+        ids[tid] = folder
+        task, container, row = _map_task(folder, tid)
+        task["container"] = container
+        lines.append(json.dumps(task, sort_keys=True))
+        containers.append(container)
+        rows.append(row)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".envkit-import-", dir=out.parent))
+    try:
+        for tid, folder in ids.items():
+            shutil.copytree(folder, staging / "tasks" / tid, symlinks=True)
+        (staging / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+        description = f"{len(rows)} Harbor task(s) imported by envkit"
+        (staging / SPEC_FILE).write_text(_spec_text(name, version, description, base_map, containers))
+        report = ImportReport(env=f"{name}@{version}", out=str(out), tasks=rows, base_map=base_map)
+        (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+        load_environment(staging)  # the result must load; a mapping bug fails here, before anything is in place
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return report
+
+
+# -- export ---------------------------------------------------------------------------
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise ValueError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _dump_toml(data: dict[str, Any]) -> str:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{k}]"] + [f"{json.dumps(str(a))} = {_toml_value(b)}" if not re.match(r"^[A-Za-z0-9_-]+$", a)
+                                       else f"{a} = {_toml_value(b)}" for a, b in v.items()]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
+    """Write every task of a container environment as a Harbor task folder under ``out``.
+    ``task.toml`` keeps what the task folder held and takes the mapped settings from
+    tasks.jsonl (so edits there carry over); instruction.md is the task's instruction."""
+    if env.spec.environment.kind != "container":
+        raise UserError(f"{env.ref} is a {env.spec.environment.kind} environment; `envkit export harbor` writes container "
+                        "environments (imported Harbor tasks) only", "exporting repo, api and website environments is not supported yet")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"`{out}` exists and is not empty", "choose a new folder for --out (nothing was written)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".envkit-export-", dir=out.parent))
+    written = []
+    try:
+        for task in env.tasks:
+            c = task.container
+            assert c is not None
+            name = str(task.params.get("harbor_name") or task.id)
+            dest = staging / name
+            shutil.copytree(env.root / c.path, dest, symlinks=True)
+            toml_path = dest / "task.toml"
+            conf = tomllib.loads(toml_path.read_text(encoding="utf-8")) if toml_path.is_file() else {}
+            meta = dict(task.params.get("harbor_metadata") or conf.get("metadata") or {})
+            if task.difficulty != "medium" or "difficulty" in meta:
+                meta["difficulty"] = task.difficulty
+            conf["metadata"] = meta
+            # Settings the task states (defaults stay implicit, so import -> export -> import is stable).
+            given = c.model_fields_set
+            mapped = {("verifier", "timeout_sec"): ("verifier_timeout_s", c.verifier_timeout_s),
+                      ("verifier", "env"): ("verifier_env", dict(c.verifier_env)),
+                      ("verifier", "user"): ("verifier_user", c.verifier_user),
+                      ("agent", "timeout_sec"): ("agent_timeout_s", c.agent_timeout_s),
+                      ("agent", "user"): ("agent_user", c.agent_user),
+                      ("environment", "build_timeout_sec"): ("build_timeout_s", c.build_timeout_s),
+                      ("environment", "cpus"): ("cpus", c.cpus),
+                      ("environment", "memory_mb"): ("memory_mb", c.memory_mb),
+                      ("environment", "allow_internet"): ("network", c.network == "bridge"),
+                      ("environment", "docker_image"): ("image", c.image)}
+            (conf.get("environment") or {}).pop("memory", None)  # the deprecated spelling comes back as memory_mb
+            for (table, key), (attr, value) in mapped.items():
+                section = conf.setdefault(table, {})
+                if attr in given:
+                    section[key] = value
+                else:
+                    section.pop(key, None)
+            conf = {k: v for k, v in conf.items() if v != {}}
+            toml_path.write_text(_dump_toml(conf))
+            (dest / "instruction.md").write_text(task.instruction + "\n")
+            written.append(name)
+        if out.exists():
+            out.rmdir()
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return written
+
+
+# -- the verifier phase ---------------------------------------------------------------
+
+def _files(folder: Path) -> list[tuple[str, bytes, int]]:
+    return [(str(p.relative_to(folder)), p.read_bytes(), p.stat().st_mode & 0o777)
+            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
+
+
+def copy_solution(episode: Episode) -> str:
+    """Put the task's solution/ at /solution (for the oracle only); returns the command to run it."""
+    c = episode.task.container
+    assert c is not None
+    episode.sandbox.put_tree("/solution", _files(episode.runtime.env.root / c.path / "solution"))  # type: ignore[attr-defined]
+    return f"bash /solution/{SOLVE}"
+
+
+def _reward(rewards: dict[str, Any]) -> float:
+    if "reward" in rewards:
+        return float(rewards["reward"])
+    values = [float(v) for v in rewards.values()]
+    return sum(values) / len(values)
+
+
+def verify_container_task(episode: Episode) -> VerifyResult:
+    """Harbor's verifier phase: stop the agent, copy tests/ to /tests, run test.sh (as the
+    task's verifier user, in the image's working folder, with [verifier] env), read
+    /logs/verifier/reward.json (several keys: ``reward`` if present, else their mean) or
+    reward.txt. test.sh's exit code does not matter when it wrote a reward, as in Harbor."""
+    from envkit.runtime import VerifyResult
+
+    c = episode.task.container
+    assert c is not None
+    sandbox: Any = episode.sandbox
+    t0 = time.monotonic()
+    sandbox.kill_processes(AGENT)
+    prep = sandbox.exec("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier",
+                        user="root", timeout_s=60, workdir="/")
+    if prep.exit_code != 0:
+        raise VerifierFailure("verifier_setup", "could not prepare /logs/verifier", stderr_tail=prep.stderr[-500:])
+    sandbox.put_tree("/tests", _files(episode.runtime.env.root / c.path / "tests"))
+    env = {**c.verifier_env, "ENVKIT_TASK_ID": episode.task.id, "ENVKIT_SEED": str(episode.seed)}
+    res = sandbox.exec(episode.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=env)
+    duration = round(time.monotonic() - t0, 4)
+    episode.timings["verify_s"] = duration
+    tail = (res.stdout + res.stderr)[-2000:]
+    if res.timed_out:
+        raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)
+    rewards: dict[str, Any]
+    try:
+        raw = sandbox.get_file("/logs/verifier/reward.json", max_bytes=1 << 20)
+        source = "reward.json"
+        try:
+            rewards = json.loads(raw)
+        except ValueError:
+            raise VerifierFailure("bad_output", "/logs/verifier/reward.json is not JSON", output_tail=tail) from None
+        if not isinstance(rewards, dict) or not rewards:
+            raise VerifierFailure("bad_output", "reward.json must be an object of named numbers, e.g. {\"reward\": 1}", output_tail=tail)
+    except FileNotFoundError:
+        try:
+            text = sandbox.get_file("/logs/verifier/reward.txt", max_bytes=4096).decode(errors="replace").strip()
+        except FileNotFoundError:
+            raise VerifierFailure("bad_output", f"tests/test.sh (exit {res.exit_code}) wrote neither /logs/verifier/reward.txt "
+                                                "nor reward.json", output_tail=tail) from None
+        source = "reward.txt"
+        try:
+            rewards = {"reward": float(text)}
+        except ValueError:
+            raise VerifierFailure("bad_output", f"reward.txt holds {text[:80]!r}, not a number", output_tail=tail) from None
+    bad = {k: v for k, v in rewards.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+           or not math.isfinite(float(v)) or not 0.0 <= float(v) <= 1.0}
+    if bad:
+        raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
+    reward = _reward(rewards)
+    details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
+    return VerifyResult(reward=reward, details=details, duration_s=duration)
