@@ -27,7 +27,7 @@ from envkit.bundle import make_bundle, read_bundle
 from envkit.client import Registry
 from envkit.engine import connect
 from envkit.errors import BuildError, EnvkitError, UserError
-from envkit.images import build_from_bundle, image_tag
+from envkit.images import build, build_from_bundle, image_tag
 from envkit.refs import EnvRef, parse_env_ref
 from envkit.spec import LoadedEnvironment, load_environment
 
@@ -95,7 +95,14 @@ def push_oci(image_id: str, env: LoadedEnvironment, host: str) -> str:
 def publish(env: LoadedEnvironment, *, registry: Registry, oci: str | None = None) -> PublishResult:
     """Build the environment and publish exactly the bundle the image was built from."""
     bundle = make_bundle(env)
-    image_id, base_ref, _ = build_from_bundle(bundle, env.spec)
+    if env.spec.image.build == "dockerfile":  # a container environment: its image set, not reproducible
+        if oci:
+            raise UserError("--oci pushes one image; a container environment has one image per task",
+                            "publish without --oci (pulls rebuild the tasks' images from their Dockerfiles)")
+        built = build(env)
+        image_id, base_ref = built.image_id, built.base_image
+    else:
+        image_id, base_ref, _ = build_from_bundle(bundle, env.spec)
     oci_ref = push_oci(image_id, env, oci) if oci else None
     ns, name = env.spec.environment.name.split("/")
     _status, body = registry.api.publish_version(
@@ -171,6 +178,10 @@ def _local_image(env: LoadedEnvironment, meta: dict[str, Any], data: bytes | Non
     """Produce the published image locally and prove it is the same one."""
     client = connect()
     published = meta["image_id"]
+    if env.spec.image.build == "dockerfile":
+        built = build(env, client=client)
+        same = built.image_id == published
+        return built.image_id, "rebuilt from Dockerfiles" + ("" if same else " (not reproducible: the images differ from the published ones)")
     if meta.get("oci_ref") and not _has_image(client, published):
         try:
             image = client.images.pull(meta["oci_ref"])

@@ -251,7 +251,8 @@ def version_public(v: Version, detail: bool = False) -> VersionPublic:
     fields: dict[str, Any] = dict(
         ref=f"{env.namespace.name}/{env.name}@{v.version}", version=v.version, bundle_digest=v.bundle_digest,
         image_id=v.image_id, base_image=v.base_image, oci_ref=v.oci_ref, size=v.size, task_count=v.task_count,
-        kind=env.kind, publisher=v.publisher.name, created_at=v.created_at, yanked=v.yanked, yank_reason=v.yank_reason,
+        kind=env.kind, reproducible=((v.spec or {}).get("image") or {}).get("build", "envkit") != "dockerfile",
+        publisher=v.publisher.name, created_at=v.created_at, yanked=v.yanked, yank_reason=v.yank_reason,
         deprecated=v.deprecated, successor=v.successor, health=health_summary(v),
     )
     return VersionDetail(**fields, spec=v.spec) if detail else VersionPublic(**fields)

@@ -45,6 +45,7 @@ class VersionPublic(BaseModel):
     size: int
     task_count: int
     kind: str
+    reproducible: bool  # False: a container environment's images, built from Dockerfiles
     publisher: str
     created_at: dt.datetime
     yanked: bool

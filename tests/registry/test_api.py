@@ -162,3 +162,23 @@ def test_image_id_claim_is_recorded(registry, tmp_path):
     with registry.client(registry.token) as c:
         put(c, bundle)
         assert c.get("/environments/envkit/pyfix/versions/1.0.0").json()["image_id"] == image_for(bundle)
+
+
+def test_a_container_environment_is_shown_as_not_reproducible(registry, tmp_path):
+    from envkit.bundle import make_bundle
+    from envkit.harbor import import_harbor
+    from envkit.spec import load_environment
+
+    from ..harbor_tasks import write_harbor_tasks
+
+    write_harbor_tasks(tmp_path / "src")
+    import_harbor([tmp_path / "src"], tmp_path / "env", name="envkit/harbor-testset")
+    harbor = make_bundle(load_environment(tmp_path / "env"))
+    with registry.client(registry.token) as c:
+        assert put(c, harbor, name="harbor-testset").status_code == 201
+        assert put(c, make_pyfix_bundle(tmp_path)).status_code == 201
+        assert c.get("/environments/envkit/harbor-testset/versions/1.0.0").json()["reproducible"] is False
+        assert c.get("/environments/envkit/pyfix/versions/1.0.0").json()["reproducible"] is True
+        page = c.get(registry.url + "/e/envkit/harbor-testset")
+        assert page.status_code == 200 and "not reproducible" in page.text
+        assert "not reproducible" not in c.get(registry.url + "/e/envkit/pyfix").text
