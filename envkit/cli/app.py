@@ -10,7 +10,19 @@ import docker.errors
 import typer
 
 from envkit import __version__
-from envkit.cli import bench_cmd, build_cmd, dist_cmd, episode_cmd, harbor_cmd, init_cmd, model_cmd, registry_cmd, rollout_cmd, train_cmd
+from envkit.cli import (
+    bench_cmd,
+    build_cmd,
+    dist_cmd,
+    episode_cmd,
+    harbor_cmd,
+    init_cmd,
+    model_cmd,
+    registry_cmd,
+    rollout_cmd,
+    serve_cmd,
+    train_cmd,
+)
 from envkit.cli.output import err_console
 from envkit.errors import EnvkitError, UserError
 
@@ -24,6 +36,7 @@ episode_cmd.register(app)
 dist_cmd.register(app)
 rollout_cmd.register(app)
 train_cmd.register(app)
+serve_cmd.register(app)
 app.add_typer(bench_cmd.bench_app, name="bench")
 app.add_typer(build_cmd.base_app, name="base")
 app.add_typer(registry_cmd.registry_app, name="registry")

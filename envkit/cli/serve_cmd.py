@@ -1,0 +1,45 @@
+"""`envkit serve ENV`: the environment over OpenEnv's HTTP/WebSocket protocol."""
+
+from __future__ import annotations
+
+import typer
+
+from envkit.catalog import resolve_environment
+from envkit.cli.output import console
+from envkit.errors import UserError
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve(
+        env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+        port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port."),
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."),
+        max_sessions: int = typer.Option(8, "--max-sessions", min=1, max=1024,
+                                         help="Concurrent sessions (each holds one sandbox); more are refused."),
+        idle_timeout: float = typer.Option(300.0, "--idle-timeout", min=1.0,
+                                           help="Seconds a session may sit idle before it is closed and its sandbox released."),
+        task: str = typer.Option(None, "--task", "-t", help="Serve one task only (else reset picks: task=…, or seed mod n)."),
+        max_turns: int = typer.Option(None, "--max-turns", min=1, help="Steps per episode (default: the spec's max_turns)."),
+    ) -> None:
+        """Serve an environment to OpenEnv clients (TRL, SkyRL, torchforge, GenericEnvClient)."""
+        try:
+            import uvicorn
+
+            from envkit.serve import create_app
+        except ImportError as e:
+            raise UserError(f"envkit serve needs the openenv extra ({e.name} is missing)",
+                            "pip install 'envkit[openenv]' (scripts/setup.sh installs it)") from None
+        from envkit.runtime import EnvRuntime
+
+        loaded = resolve_environment(env)
+        if task is not None:
+            loaded.task(task)  # an unknown task is an error now, not at the first reset
+        runtime = EnvRuntime(loaded)
+        app = create_app(runtime, max_sessions=max_sessions, idle_timeout_s=idle_timeout, task=task, max_turns=max_turns)
+        console.print(f"serving {loaded.ref} on http://{host}:{port} (OpenEnv protocol: /ws, /health, /schema, /reset, /step); "
+                      f"up to {max_sessions} sessions, idle ones closed after {idle_timeout:g} s")
+        try:
+            uvicorn.run(app, host=host, port=port, log_level="warning")
+        finally:
+            runtime.backend.cleanup()
