@@ -33,3 +33,26 @@ def test_rollout_cli_writes_every_trajectory_once(server, tiny, tmp_path):
         assert r["image_digest"].startswith("sha256:") and r["timings"]["episode_s"] > 0
         assert r["outcome"] == "ok" or r["outcome"].startswith("model_failure:")
         assert r["reward"] is not None  # nothing here was an infra failure
+
+
+def test_rollout_runs_an_imported_harbor_environment(server, tiny, tmp_path):
+    from envkit.base import find_base
+
+    from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
+
+    write_harbor_tasks(tmp_path / "src")
+    tag = find_base().tag
+    mapping = [a for image in UNPULLABLE for a in ("--base-map", f"{image}={tag}")]
+    imported = subprocess.run([sys.executable, "-m", "envkit.cli.app", "import", "harbor", str(tmp_path / "src"), "--out",
+                               str(tmp_path / "env"), *mapping], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    out = tmp_path / "t.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "rollout", str(tmp_path / "env"), "--model", str(tiny),
+                           "-n", "10", "-c", "4", "--max-tokens", "32", "--policy-url", server.url, "--out", str(out), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 10 and len({r["task_id"] for r in rows}) == 10  # every task once (seed mod n)
+    for r in rows:
+        assert r["outcome"] == "ok" or r["outcome"].startswith("model_failure:"), r["outcome"]
+        assert r["reward"] is not None and r["completion_token_ids"] and r["image_digest"].startswith("sha256:")
