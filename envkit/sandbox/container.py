@@ -194,14 +194,24 @@ class ContainerSandbox:
         self.inner = self.backend.start(chosen)
         self.task_id = chosen.id
         self.created_s = self.inner.created_s
-        out, err, hit = self.inner._run(["cat", "/proc/1/task/1/children"], user="root", env=None, workdir="/",
-                                        stdin=None, deadline=time.monotonic() + 30, limit=4096)
-        self._keep = out.value().decode().split()[0] if out.value().split() else ""
+        self._keep = self._main_pid()
         state_hash = self.state_hash()
         result = ResetResult(state_hash=state_hash, commit="", seed=int(seed), seconds=round(time.monotonic() - t0, 4),
                              extra={"task": chosen.id, "image": self.inner.image})
         self.last_reset = result
         return result
+
+    def _main_pid(self) -> str:
+        """The container's `sleep infinity` (the init's child), which killall.sh must spare."""
+        inner = self._live()
+        for _ in range(50):  # the init may not have forked it yet
+            out, _err, _hit = inner._run(["cat", "/proc/1/task/1/children"], user="root", env=None, workdir="/",
+                                         stdin=None, deadline=time.monotonic() + 30, limit=4096)
+            pids = out.value().decode(errors="replace").split()
+            if pids:
+                return pids[0]
+            time.sleep(0.02)
+        raise InfraFailure("sandbox_start", "the sandbox's main process did not start", container=self.id)
 
     def state_hash(self) -> str:
         """The task's working folder (its files' paths and contents), with the image ID."""

@@ -177,3 +177,11 @@ def test_import_export_import_is_stable(client, imported, tmp_path):
     assert _tree(tmp_path / "exported") == _tree(tmp_path / "exported2")
     proc = envkit("export", "harbor", str(ROOT / "environments" / "pyfix"), "--out", str(tmp_path / "no"))
     assert proc.returncode == 2 and "not supported yet" in proc.stderr and not (tmp_path / "no").exists()
+
+
+def test_check_env_passes_on_the_imported_environment(runtime):
+    from envkit.gym import EnvkitEnv, check_env
+
+    with EnvkitEnv(runtime) as env:
+        report = check_env(env)
+    assert len(report["passed"]) >= 10

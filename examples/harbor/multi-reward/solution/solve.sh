@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo '{"total": 10, "items": ["a", "b", "c", "d"]}' > /app/report.json

@@ -1,0 +1,2 @@
+#!/bin/bash
+if [ -f /app/done ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi
