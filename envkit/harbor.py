@@ -312,9 +312,14 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
     """Write every task of a container environment as a Harbor task folder under ``out``.
     ``task.toml`` keeps what the task folder held and takes the mapped settings from
     tasks.jsonl (so edits there carry over); instruction.md is the task's instruction."""
-    if env.spec.environment.kind != "container":
-        raise UserError(f"{env.ref} is a {env.spec.environment.kind} environment; `envkit export harbor` writes container "
-                        "environments (imported Harbor tasks) only", "exporting repo, api and website environments is not supported yet")
+    kind = env.spec.environment.kind
+    if kind not in ("container", "repo"):
+        raise UserError(f"{env.ref} is an {kind} environment; `envkit export harbor` writes container and repo environments",
+                        "exporting api and website environments (their services) is not supported yet")
+    if kind == "repo":
+        bad = [t.id for t in env.tasks if not t.oracle.endswith(".sh")]
+        if bad:
+            raise UserError(f"tasks {', '.join(bad)} have oracles that are not shell scripts", "Harbor's solve.sh is a shell script")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"`{out}` exists and is not empty", "choose a new folder for --out (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -322,6 +327,10 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
     written = []
     try:
         for task in env.tasks:
+            if kind == "repo":
+                _export_repo_task(env, task, staging / task.id)
+                written.append(task.id)
+                continue
             c = task.container
             assert c is not None
             name = str(task.params.get("harbor_name") or task.id)
@@ -362,6 +371,72 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+_SEED_COMMIT = ("git init -q -b main && git add -A && GIT_AUTHOR_NAME=envkit GIT_AUTHOR_EMAIL=seed@envkit.invalid "
+                "GIT_COMMITTER_NAME=envkit GIT_COMMITTER_EMAIL=seed@envkit.invalid GIT_AUTHOR_DATE=1970-01-01T00:00:00Z "
+                "GIT_COMMITTER_DATE=1970-01-01T00:00:00Z git commit -q --no-gpg-sign -m 'envkit seed'")
+
+_REPO_TEST = """#!/bin/bash
+# Written by `envkit export harbor` from {ref}: runs the envkit verifier and writes its reward.
+mkdir -p /env /opt/envkit /logs/verifier
+cp -r /tests/env/. /env/ && cp -r /tests/opt/. /opt/envkit/
+cd /env
+export ENVKIT_TASK_ID={task_id} ENVKIT_TASK_PARAMS={params} ENVKIT_SEED=0 ENVKIT_WORKSPACE=/workspace
+out=$({command})
+echo "$out" >&2
+echo "$out" | tail -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["reward"])' > /logs/verifier/reward.txt
+"""
+
+
+def _shell_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _export_repo_task(env: LoadedEnvironment, task: Any, dest: Path) -> None:
+    """One task of a repo environment as a Harbor folder: the repository baked into the image
+    at /workspace (committed as envkit seeds it), the bundle's hidden files and envkit's
+    in-container verifiers under tests/ (they reach the container only for grading)."""
+    from importlib import resources
+
+    spec = env.spec
+    assert spec.state.repo is not None
+    (dest / "environment").mkdir(parents=True)
+    shutil.copytree(env.root / spec.state.repo.path, dest / "environment" / "workspace",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+    (dest / "environment" / "Dockerfile").write_text(
+        f"# Written by `envkit export harbor` from {env.ref}: the envkit base (build it with `envkit base build`,\n"
+        "# or map it to an image with python3, pytest and git).\n"
+        f"FROM {spec.image.base.partition('@')[0]}\n"
+        "COPY workspace/ /workspace/\n"
+        "WORKDIR /workspace\n"
+        f"RUN {_SEED_COMMIT} && chown -R 1000:1000 /workspace\n")
+    tests = dest / "tests"
+    for rel in sorted({p.rstrip("/") for p in spec.image.files} | {spec.tasks.file, SPEC_FILE}):
+        src = env.root / rel
+        if src.is_dir():
+            shutil.copytree(src, tests / "env" / rel, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            (tests / "env" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, tests / "env" / rel)
+    helpers = resources.files("envkit.sandbox") / "incontainer"
+    (tests / "opt").mkdir()
+    for name in ("pytest_verifier.py", "state_verifier.py"):
+        (tests / "opt" / name).write_bytes((helpers / name).read_bytes())
+    test = tests / "test.sh"
+    test.write_text(_REPO_TEST.format(ref=env.ref, task_id=_shell_quote(task.id),
+                                      params=_shell_quote(json.dumps(task.params, sort_keys=True)),
+                                      command=spec.verifier.command))
+    test.chmod(0o755)
+    (dest / "solution").mkdir()
+    shutil.copyfile(env.root / task.oracle, dest / "solution" / SOLVE)
+    (dest / "instruction.md").write_text(task.instruction + "\n")
+    lim = spec.limits
+    conf = {"version": "1.0", "metadata": {"difficulty": task.difficulty, "source": env.ref},
+            "verifier": {"timeout_sec": float(spec.verifier.timeout_s)},
+            "agent": {"timeout_sec": float(lim.episode_timeout_s), "user": "agent"},
+            "environment": {"cpus": lim.cpus, "memory_mb": lim.memory_mb, "allow_internet": lim.network == "bridge"}}
+    (dest / "task.toml").write_text(_dump_toml(conf))
 
 
 # -- the verifier phase ---------------------------------------------------------------

@@ -175,8 +175,33 @@ def test_import_export_import_is_stable(client, imported, tmp_path):
     assert (tmp_path / "again" / "tasks.jsonl").read_text() == (env_dir / "tasks.jsonl").read_text()
     assert envkit("export", "harbor", str(tmp_path / "again"), "--out", str(tmp_path / "exported2")).returncode == 0
     assert _tree(tmp_path / "exported") == _tree(tmp_path / "exported2")
-    proc = envkit("export", "harbor", str(ROOT / "environments" / "pyfix"), "--out", str(tmp_path / "no"))
+    proc = envkit("export", "harbor", str(ROOT / "environments" / "supportdesk"), "--out", str(tmp_path / "no"))
     assert proc.returncode == 2 and "not supported yet" in proc.stderr and not (tmp_path / "no").exists()
+
+
+def test_a_repo_environment_exports_to_harbor_and_comes_back_valid(client, tmp_path):
+    """pyfix -> Harbor folders -> envkit again: every oracle still reaches 1.0 and the null agent 0.0,
+    from the same seeded commit; and a second round gives the same tasks."""
+    assert envkit("export", "harbor", str(ROOT / "environments" / "pyfix"), "--out", str(tmp_path / "h1")).returncode == 0
+    folder = tmp_path / "h1" / "fix-median"
+    assert (folder / "tests" / "test.sh").is_file() and (folder / "solution" / "solve.sh").is_file()
+    assert "FROM envkit/base" in (folder / "environment" / "Dockerfile").read_text()
+    proc = envkit("import", "harbor", str(tmp_path / "h1"), "--out", str(tmp_path / "e1"), "--name", "envkit/pyfix-harbor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    runtime = EnvRuntime(load_environment(tmp_path / "e1"), client=client)
+    runtime.backend.labels.update(TEST_LABEL)
+    report = validate(runtime, jobs=2)
+    assert report.ok and len(report.tasks) == 13, [(t.task_id, t.problems) for t in report.tasks if not t.ok]
+    native = EnvRuntime(load_environment(ROOT / "environments" / "pyfix"), client=client)
+    head = "git rev-parse HEAD; id -un"
+    a = run_episode(native, native.env.task("fix-median"), 0, ShellAgent(head)).steps[0].stdout
+    b = run_episode(runtime, runtime.env.task("fix-median"), 0, ShellAgent(head)).steps[0].stdout
+    assert a == b and a.split()[1] == "agent"  # the same seeded commit, worked on as the same user
+    assert envkit("export", "harbor", str(tmp_path / "e1"), "--out", str(tmp_path / "h2")).returncode == 0
+    assert import_tasks(client, tmp_path / "h2", tmp_path / "e2").returncode == 0
+    first = [json.loads(line) for line in (tmp_path / "e1" / "tasks.jsonl").read_text().splitlines()]
+    second = [json.loads(line) for line in (tmp_path / "e2" / "tasks.jsonl").read_text().splitlines()]
+    assert first == second
 
 
 def test_check_env_passes_on_the_imported_environment(runtime):
