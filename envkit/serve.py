@@ -75,13 +75,11 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, runtime: EnvRuntime, *, task: str | None = None, max_turns: int | None = None,
-                 on_close: Any = None) -> None:
+    def __init__(self, runtime: EnvRuntime, *, task: str | None = None, max_turns: int | None = None) -> None:
         super().__init__()
         self.env = EnvkitEnv(runtime, task=task, max_turns=max_turns)
         self._state = EnvkitState(env=runtime.env.ref)
         self._lock = threading.Lock()
-        self._on_close = on_close
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvkitObservation:
         with self._lock:
@@ -126,8 +124,6 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
         with self._lock:
             self.env.close()
             self._state.running = False
-        if self._on_close is not None:
-            self._on_close(self)
 
 
 def create_app(runtime: EnvRuntime, *, max_sessions: int = 8, idle_timeout_s: float | None = 300,

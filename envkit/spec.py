@@ -255,6 +255,7 @@ _FIXES: dict[str, str] = {
     "environment.kind": 'use kind = "repo", "api" or "website"',
     "image.base": f'use base = "{BASE_IMAGE_NAME}" or pin it: base = "{BASE_IMAGE_NAME}@sha256:<64 hex>"',
     "image.files": "list paths relative to the environment folder, e.g. files = [\"repo\", \"verify\"]",
+    "image.build": 'use build = "envkit" (the default) or, for kind = "container", build = "dockerfile"',
     "state.repo.path": "name the folder that holds the repository, relative to envkit.toml",
     "state.repo.commit": "give the full 40-hex commit id that `envkit build` prints, or remove the line",
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',

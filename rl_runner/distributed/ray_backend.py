@@ -381,6 +381,9 @@ class RayRollouts:
         self.lock = threading.Lock()
 
     def start(self) -> RayRollouts:
+        if self.runtime.container:
+            raise UserError(f"{self.runtime.env.ref} is a container environment (one image per task); the Ray backend "
+                            "runs envkit-image environments only for now", "use backend=local (the default) for it")
         ray = require_ray()
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:

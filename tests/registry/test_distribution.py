@@ -110,3 +110,28 @@ def test_validate_reports_health_to_the_registry(registry, cli_env, tmp_path):
     assert health["reports"] == 1 and health["episodes"] == 26
     assert health["oracle_pass_rate"] == 1.0 and health["infra_failures"] == {} and health["model_failures"] == 0
     assert 0 < health["p50_episode_s"] <= health["p95_episode_s"]
+
+
+def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_path):
+    from envkit.base import find_base
+    from envkit.harbor import import_harbor
+
+    from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
+
+    write_harbor_tasks(tmp_path / "src")
+    tag = find_base().tag
+    import_harbor([tmp_path / "src"], tmp_path / "env", name="envkit/harbor-shared", base_map=dict.fromkeys(UNPULLABLE, tag))
+    refused = envkit(cli_env, "publish", str(tmp_path / "env"), "--oci", "127.0.0.1:1")
+    assert refused.returncode == 2 and "one image per task" in refused.stderr
+    pub = envkit(cli_env, "publish", str(tmp_path / "env"), "--json")
+    assert pub.returncode == 0, pub.stderr
+    published = json.loads(pub.stdout)
+    with registry.client() as c:
+        assert c.get("/environments/envkit/harbor-shared/versions/1.0.0").json()["reproducible"] is False
+    pulled = envkit(cli_env, "pull", "envkit/harbor-shared@1.0.0", "--json")
+    assert pulled.returncode == 0, pulled.stderr
+    result = json.loads(pulled.stdout)
+    assert result["source"].startswith("rebuilt from Dockerfiles") and result["bundle_digest"] == published["bundle_digest"]
+    run = envkit(cli_env, "run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["reward"] == 1.0
