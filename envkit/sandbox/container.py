@@ -20,7 +20,6 @@ consequence of that model:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import secrets
@@ -36,7 +35,7 @@ import docker.errors
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import InfraFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
-from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox
+from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, remove_labelled, start_container
 from envkit.spec import LoadedEnvironment, Task
 
 __all__ = ["ContainerBackend", "ContainerSandbox"]
@@ -123,21 +122,12 @@ class ContainerBackend:
         if self.runtime:
             opts["runtime"] = self.runtime
         t0 = time.monotonic()
-        container = None
         try:
             workdir = self.workdir(image)
-            container = self.client.containers.create(image, **opts)
-            container.put_archive("/", self.helpers)
-            container.start()
         except docker.errors.ImageNotFound:
             raise InfraFailure("image_missing", f"the image {image} of task {task.id} is not in the engine",
                                hint="run `envkit build` for this environment") from None
-        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
-            if container is not None:
-                with contextlib.suppress(Exception):
-                    container.remove(force=True)
-            raise InfraFailure("sandbox_start", "the sandbox container did not start",
-                               error=f"{type(e).__name__}: {str(e)[:300]}") from None
+        container = start_container(self.client, image, opts, prepare=lambda made: made.put_archive("/", self.helpers))
         users = {AGENT: c.agent_user, VERIFIER: c.verifier_user, "root": "0:0"}
         return DockerSandbox(container=container, limits=limits, image=image, created_s=round(time.monotonic() - t0, 4),
                              has_repo=False, has_service=False, users=users, workdir=workdir)
@@ -146,13 +136,8 @@ class ContainerBackend:
         return ContainerSandbox(self)
 
     def cleanup(self) -> int:
-        n = 0
-        flt = {"label": [f"{k}={v}" for k, v in self.labels.items()]}
-        for c in self.client.containers.list(all=True, filters=flt):
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                c.remove(force=True)
-                n += 1
-        return n
+        """Remove every sandbox this backend's labels match."""
+        return remove_labelled(self.client, self.labels)
 
 
 class ContainerSandbox:

@@ -60,7 +60,7 @@ from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
 
-__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL"]
+__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "remove_labelled", "start_container"]
 
 SANDBOX_LABEL = "org.envkit.sandbox"
 _IDEMPOTENT_HELPERS = frozenset({"reset", "hash", "killall", "write"})
@@ -493,29 +493,43 @@ class DockerBackend:
 
     def create(self) -> DockerSandbox:
         t0 = time.monotonic()
-        container = None
-        try:
-            container = self.client.containers.create(self.image, **self.container_options())
-            container.start()
-        except docker.errors.ImageNotFound:
-            raise InfraFailure("image_missing", f"the image {self.image} is not in the engine",
-                               hint="run `envkit build` for this environment") from None
-        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
-            if container is not None:
-                with contextlib.suppress(Exception):
-                    container.remove(force=True)
-            raise InfraFailure("sandbox_start", "the sandbox container did not start",
-                               error=f"{type(e).__name__}: {str(e)[:300]}") from None
+        container = start_container(self.client, self.image, self.container_options())
         return DockerSandbox(container=container, limits=self.limits, image=self.image,
                              created_s=round(time.monotonic() - t0, 4), has_repo=self.has_repo,
                              has_service=self.has_service)
 
     def cleanup(self) -> int:
         """Remove every sandbox this backend's labels match (e.g. after a crash)."""
-        n = 0
-        flt = {"label": [f"{k}={v}" for k, v in self.labels.items()]}
-        for c in self.client.containers.list(all=True, filters=flt):
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-                c.remove(force=True)
-                n += 1
-        return n
+        return remove_labelled(self.client, self.labels)
+
+
+def start_container(client: Any, image: str, options: dict[str, Any], prepare: Any = None) -> Any:
+    """Create and start a sandbox container (``prepare(container)`` runs between the two);
+    engine errors become infra failures and a half-made container is removed."""
+    container = None
+    try:
+        container = client.containers.create(image, **options)
+        if prepare is not None:
+            prepare(container)
+        container.start()
+    except docker.errors.ImageNotFound:
+        raise InfraFailure("image_missing", f"the image {image} is not in the engine",
+                           hint="run `envkit build` for this environment") from None
+    except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+        if container is not None:
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+        raise InfraFailure("sandbox_start", "the sandbox container did not start",
+                           error=f"{type(e).__name__}: {str(e)[:300]}") from None
+    return container
+
+
+def remove_labelled(client: Any, labels: dict[str, str]) -> int:
+    """Remove every container that carries all of ``labels``; returns how many."""
+    n = 0
+    flt = {"label": [f"{k}={v}" for k, v in labels.items()]}
+    for c in client.containers.list(all=True, filters=flt):
+        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            c.remove(force=True)
+            n += 1
+    return n
