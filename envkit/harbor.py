@@ -18,6 +18,7 @@ is the Harbor verifier phase as envkit runs it. The field mapping is in docs/har
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import math
 import re
@@ -285,9 +286,15 @@ def import_harbor(paths: list[Path], out: Path, *, name: str, version: str = "1.
 
 # -- export ---------------------------------------------------------------------------
 
+def _toml_key(k: str) -> str:
+    return k if re.match(r"^[A-Za-z0-9_-]+$", k) else json.dumps(k)
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, (dt.datetime, dt.date, dt.time)):
+        return v.isoformat()
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
@@ -295,16 +302,15 @@ def _toml_value(v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{_toml_key(str(k))} = {_toml_value(x)}" for k, x in v.items()) + " }"
     raise ValueError(f"cannot write {type(v).__name__} to TOML")
 
 
 def _dump_toml(data: dict[str, Any]) -> str:
-    lines = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
     for k, v in data.items():
         if isinstance(v, dict):
-            lines += ["", f"[{k}]"] + [f"{json.dumps(str(a))} = {_toml_value(b)}" if not re.match(r"^[A-Za-z0-9_-]+$", a)
-                                       else f"{a} = {_toml_value(b)}" for a, b in v.items()]
+            lines += ["", f"[{_toml_key(k)}]"] + [f"{_toml_key(str(a))} = {_toml_value(b)}" for a, b in v.items()]
     return "\n".join(lines).lstrip("\n") + "\n"
 
 

@@ -74,3 +74,14 @@ def test_container_spec_rules(tmp_path: Path):
     (env_dir / "tasks.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     with pytest.raises(SpecError, match="needs a container field"):
         load_environment(env_dir)
+
+
+def test_task_toml_is_written_back_losslessly():
+    import tomllib
+
+    from envkit.harbor import _dump_toml
+
+    text = ('version = "1.0"\n"odd.key" = 1\n[metadata]\ncreated = 2026-01-02T03:04:05Z\nday = 2026-01-02\ntags = ["a", "b"]\n'
+            '[environment]\nextra = { nested = { x = 1 } }\n[[steps]]\nname = "one"\n')
+    data = tomllib.loads(text)
+    assert tomllib.loads(_dump_toml(data)) == data
