@@ -26,6 +26,7 @@ import shutil
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -112,6 +113,59 @@ def _memory_mb(value: Any) -> int:
     return int(float(m.group(1)) * scale)
 
 
+def _positive(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError("is not a positive number", "fix the value")
+    return float(v)
+
+
+def _memory(v: Any) -> int:
+    try:
+        return max(64, _memory_mb(v))
+    except ValueError:
+        raise ValueError("is not a memory size", 'write e.g. 2048 or "2G"') from None
+
+
+def _typed(kind: type) -> Callable[[Any], Any]:
+    def read(v: Any) -> Any:
+        if not isinstance(v, kind):
+            raise TypeError(kind.__name__)
+        return v
+    return read
+
+
+def _str_map(v: Any) -> dict[str, str]:
+    return {str(a): str(b) for a, b in _typed(dict)(v).items()}
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One ``task.toml`` setting and the ``container`` field it maps to, both ways."""
+
+    table: str
+    key: str
+    attr: str
+    read: Callable[[Any], Any]  # Harbor value -> envkit value (ValueError: bad value; TypeError: not this field)
+    write: Callable[[Any], Any] = lambda v: v  # envkit value -> Harbor value
+
+
+_FIELDS = {(f.table, f.key): f for f in (
+    _Field("verifier", "timeout_sec", "verifier_timeout_s", _positive),
+    _Field("verifier", "env", "verifier_env", _str_map, dict),
+    _Field("verifier", "user", "verifier_user", _typed(str)),
+    _Field("agent", "timeout_sec", "agent_timeout_s", _positive),
+    _Field("agent", "user", "agent_user", _typed(str)),
+    _Field("environment", "build_timeout_sec", "build_timeout_s", _positive),
+    _Field("environment", "cpus", "cpus", _positive),
+    _Field("environment", "memory_mb", "memory_mb", _memory),
+    _Field("environment", "allow_internet", "network", lambda v: "bridge" if _typed(bool)(v) else "none",
+           lambda network: network == "bridge"),
+    _Field("environment", "docker_image", "image", _typed(str)),
+)}
+_TABLES = {table for table, _ in _FIELDS}
+_ALIASES: dict[tuple[str, str], str] = {("environment", "memory"): "memory_mb"}  # Harbor's deprecated spelling ("2G")
+
+
 def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], TaskImport]:
     """(task line, its container field, the report row) for one Harbor task folder."""
     where = folder / "task.toml"
@@ -147,11 +201,6 @@ def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], T
     if folder.name != tid:
         params["harbor_name"] = folder.name
 
-    def number(table: str, key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"{where}: [{table}] {key} = {value!r} is not a positive number", "fix the value")
-        return float(value)
-
     for key, value in conf.items():
         if key in ("version", "schema_version") and not isinstance(value, dict):
             continue  # the task format's version
@@ -165,47 +214,22 @@ def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], T
             if meta:
                 params["harbor_metadata"] = meta
                 carried += [f"metadata.{k}" for k in meta if k != "difficulty"]
-        elif key == "verifier" and isinstance(value, dict):
+        elif key in _TABLES and isinstance(value, dict):
             for k, v in value.items():
-                if k == "timeout_sec":
-                    container["verifier_timeout_s"] = number("verifier", k, v)
-                elif k == "env" and isinstance(v, dict):
-                    container["verifier_env"] = {str(a): str(b) for a, b in v.items()}
-                elif k == "user" and isinstance(v, str):
-                    container["verifier_user"] = v
+                spec = _FIELDS.get((key, _ALIASES.get((key, str(k))) or str(k)))
+                if spec is None:
+                    if not (key == "environment" and k == "gpus" and v in (0, None)):
+                        unsupported.append(f"{key}.{k}" + (" (not enforced: the container's disk is not capped)"
+                                                           if k in ("storage_mb", "storage") else ""))
+                elif spec.attr == "image" and has_dockerfile:
+                    unsupported.append("environment.docker_image (the task's Dockerfile is built instead)")
                 else:
-                    unsupported.append(f"verifier.{k}")
-        elif key == "agent" and isinstance(value, dict):
-            for k, v in value.items():
-                if k == "timeout_sec":
-                    container["agent_timeout_s"] = number("agent", k, v)
-                elif k == "user" and isinstance(v, str):
-                    container["agent_user"] = v
-                else:
-                    unsupported.append(f"agent.{k}")
-        elif key == "environment" and isinstance(value, dict):
-            for k, v in value.items():
-                if k == "build_timeout_sec":
-                    container["build_timeout_s"] = number("environment", k, v)
-                elif k == "cpus":
-                    container["cpus"] = number("environment", k, v)
-                elif k in ("memory_mb", "memory"):
                     try:
-                        container["memory_mb"] = max(64, _memory_mb(v))
-                    except ValueError:
-                        raise UserError(f"{where}: [environment] {k} = {v!r} is not a memory size", "write e.g. 2048 or \"2G\"") from None
-                elif k == "allow_internet" and isinstance(v, bool):
-                    container["network"] = "bridge" if v else "none"
-                elif k == "docker_image" and isinstance(v, str):
-                    if has_dockerfile:
-                        unsupported.append("environment.docker_image (the task's Dockerfile is built instead)")
-                    else:
-                        container["image"] = v
-                elif k == "gpus" and v in (0, None):
-                    continue
-                else:
-                    unsupported.append(f"environment.{k}" + (" (not enforced: the container's disk is not capped)"
-                                                             if k in ("storage_mb", "storage") else ""))
+                        container[spec.attr] = spec.read(v)
+                    except TypeError:  # not this field's type: listed, not guessed
+                        unsupported.append(f"{key}.{k}")
+                    except ValueError as e:
+                        raise UserError(f"{where}: [{key}] {k} = {v!r} {e.args[0]}", e.args[1]) from None
         elif isinstance(value, dict):
             unsupported += [f"{key}.{k}" for k in value] or [f"{key} (an empty table)"]
         else:
@@ -349,24 +373,13 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
                 meta["difficulty"] = task.difficulty
             conf["metadata"] = meta
             # Settings the task states (defaults stay implicit, so import -> export -> import is stable).
-            given = c.model_fields_set
-            mapped = {("verifier", "timeout_sec"): ("verifier_timeout_s", c.verifier_timeout_s),
-                      ("verifier", "env"): ("verifier_env", dict(c.verifier_env)),
-                      ("verifier", "user"): ("verifier_user", c.verifier_user),
-                      ("agent", "timeout_sec"): ("agent_timeout_s", c.agent_timeout_s),
-                      ("agent", "user"): ("agent_user", c.agent_user),
-                      ("environment", "build_timeout_sec"): ("build_timeout_s", c.build_timeout_s),
-                      ("environment", "cpus"): ("cpus", c.cpus),
-                      ("environment", "memory_mb"): ("memory_mb", c.memory_mb),
-                      ("environment", "allow_internet"): ("network", c.network == "bridge"),
-                      ("environment", "docker_image"): ("image", c.image)}
             (conf.get("environment") or {}).pop("memory", None)  # the deprecated spelling comes back as memory_mb
-            for (table, key), (attr, value) in mapped.items():
-                section = conf.setdefault(table, {})
-                if attr in given:
-                    section[key] = value
+            for field_ in _FIELDS.values():
+                section = conf.setdefault(field_.table, {})
+                if field_.attr in c.model_fields_set:
+                    section[field_.key] = field_.write(getattr(c, field_.attr))
                 else:
-                    section.pop(key, None)
+                    section.pop(field_.key, None)
             conf = {k: v for k, v in conf.items() if v != {}}
             toml_path.write_text(_dump_toml(conf))
             (dest / "instruction.md").write_text(task.instruction + "\n")
