@@ -21,7 +21,6 @@ import hashlib
 import json
 import re
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -105,12 +104,10 @@ def _stage_names(dockerfile: str) -> set[str]:
     return {m.group(1).lower() for m in re.finditer(r"^\s*FROM\s+\S+\s+AS\s+(\S+)", dockerfile, re.IGNORECASE | re.MULTILINE)}
 
 
-def build_container_images(env: LoadedEnvironment, *, client: Any | None = None) -> tuple[dict[str, str], float]:
-    """Build (or find in the engine's cache) every task's image. Returns ``({task: image ID}, seconds)``."""
+def build_container_images(env: LoadedEnvironment, *, client: Any | None = None) -> dict[str, str]:
+    """Build (or find in the engine's cache) every task's image: ``{task: image ID}``."""
     client = client or connect()
-    t0 = time.perf_counter()
-    images = {task.id: _build_one(client, env, task) for task in env.tasks}
-    return images, round(time.perf_counter() - t0, 3)
+    return {task.id: _build_one(client, env, task) for task in env.tasks}
 
 
 def recorded_mismatches(recorded: dict[str, str], built: dict[str, str]) -> list[str]:

@@ -25,6 +25,7 @@ import docker.errors
 from envkit.base import find_base
 from envkit.bundle import make_bundle, read_bundle
 from envkit.client import Registry
+from envkit.container_images import build_container_images, image_set_digest
 from envkit.engine import connect
 from envkit.errors import BuildError, EnvkitError, UserError
 from envkit.images import build, build_from_bundle, image_tag
@@ -99,8 +100,7 @@ def publish(env: LoadedEnvironment, *, registry: Registry, oci: str | None = Non
         if oci:
             raise UserError("--oci pushes one image; a container environment has one image per task",
                             "publish without --oci (pulls rebuild the tasks' images from their Dockerfiles)")
-        built = build(env)
-        image_id, base_ref = built.image_id, built.base_image
+        image_id, base_ref = image_set_digest(build_container_images(env)), "dockerfile"  # the bundle is made once, above
     else:
         image_id, base_ref, _ = build_from_bundle(bundle, env.spec)
     oci_ref = push_oci(image_id, env, oci) if oci else None

@@ -187,14 +187,19 @@ def build(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool
             "layout_version": LAYOUT_VERSION,
             "envkit_version": __version__,
         }
-        text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
-        if not lock_path.exists() or lock_path.read_text() != text:
-            lock_path.write_text(text)
+        _write_lock(lock_path, lock)
     return BuildResult(
         env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image=base_ref,
         image_id=image_id, tag=image_tag(env.spec), cached=cached, seconds=round(time.perf_counter() - t0, 3),
         lock_file=str(lock_path) if write_lock else None,
     )
+
+
+def _write_lock(path: Path, lock: dict[str, Any]) -> None:
+    """Write ``envkit.lock`` unless it already says exactly this (its mtime stays put)."""
+    text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
 
 
 def _build_container_env(env: LoadedEnvironment, *, client: Any | None, write_lock: bool, check_recorded: bool) -> BuildResult:
@@ -204,7 +209,7 @@ def _build_container_env(env: LoadedEnvironment, *, client: Any | None, write_lo
     bundle = make_bundle(env)
     lock_path = env.root / LOCK_FILE
     old = read_lock(env) or {}
-    task_images, _seconds = build_container_images(env, client=client)
+    task_images = build_container_images(env, client=client)
     if check_recorded:
         recorded = old.get("task_images")
         if not isinstance(recorded, dict):
@@ -223,9 +228,7 @@ def _build_container_env(env: LoadedEnvironment, *, client: Any | None, write_lo
             "base_image": "dockerfile", "image_id": image_id, "reproducible": False, "task_images": task_images,
             "layout_version": LAYOUT_VERSION, "envkit_version": __version__,
         }
-        text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
-        if not lock_path.exists() or lock_path.read_text() != text:
-            lock_path.write_text(text)
+        _write_lock(lock_path, lock)
     cached = old.get("image_id") == image_id
     return BuildResult(
         env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image="dockerfile", image_id=image_id,
