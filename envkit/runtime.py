@@ -125,10 +125,7 @@ class Episode:
 
     def reset(self) -> ResetResult:
         t0 = time.monotonic()
-        if self.runtime.container:
-            self.reset_result = self.sandbox.reset(self.seed, task=self.task.id)  # type: ignore[call-arg]
-        else:
-            self.reset_result = self.sandbox.reset(self.seed)
+        self.reset_result = self.sandbox.reset(self.seed, task=self.task.id)
         self.runtime.check_reset(self.reset_result)
         self.timings["reset_s"] = round(time.monotonic() - t0, 4)
         self._started = time.monotonic()

@@ -99,8 +99,9 @@ class Sandbox(Protocol):
 
     def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes: ...
 
-    def reset(self, seed: int) -> ResetResult:
-        """Restore the seeded state exactly; returns its state hash."""
+    def reset(self, seed: int, task: str | None = None) -> ResetResult:
+        """Restore the seeded state exactly; returns its state hash. ``task``: the episode's
+        task, for sandboxes whose state differs per task (container environments)."""
         ...
 
     def kill_processes(self, user: str = AGENT) -> None: ...

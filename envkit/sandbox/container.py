@@ -35,7 +35,7 @@ import docker.errors
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import InfraFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
-from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, remove_labelled, start_container
+from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, limit_options, remove_labelled, start_container
 from envkit.spec import LoadedEnvironment, Task
 
 __all__ = ["ContainerBackend", "ContainerSandbox"]
@@ -111,16 +111,8 @@ class ContainerBackend:
         if image is None:
             raise InfraFailure("image_missing", f"no image was built for task {task.id}", hint="run `envkit build` for this environment")
         limits = self.task_limits(task)
-        mem = f"{limits.memory_mb}m"
-        opts: dict[str, Any] = dict(
-            entrypoint=["sleep"], command=["infinity"], detach=True, init=True, user="0:0",
-            labels={**self.labels, "org.envkit.task": task.id},
-            network_mode="none" if limits.network == "none" else "bridge", security_opt=["no-new-privileges"],
-            pids_limit=limits.pids, mem_limit=mem, memswap_limit=mem, nano_cpus=int(limits.cpus * 1e9),
-            oom_score_adj=500, shm_size="64m",
-        )
-        if self.runtime:
-            opts["runtime"] = self.runtime
+        opts: dict[str, Any] = dict(**limit_options(limits, self.runtime), entrypoint=["sleep"], command=["infinity"],
+                                    labels={**self.labels, "org.envkit.task": task.id}, shm_size="64m")
         t0 = time.monotonic()
         try:
             workdir = self.workdir(image)
@@ -149,7 +141,6 @@ class ContainerSandbox:
         self.task_id: str | None = None
         self.last_reset: ResetResult | None = None
         self.created_s = 0.0
-        self._keep = ""
         self._name = "unstarted-" + secrets.token_hex(6)
 
     @property
@@ -179,7 +170,7 @@ class ContainerSandbox:
         self.inner = self.backend.start(chosen)
         self.task_id = chosen.id
         self.created_s = self.inner.created_s
-        self._keep = self._main_pid()
+        self.inner.kill_command = ["/bin/sh", "/opt/envkit/killall.sh", self._main_pid()]
         state_hash = self.state_hash()
         result = ResetResult(state_hash=state_hash, commit="", seed=int(seed), seconds=round(time.monotonic() - t0, 4),
                              extra={"task": chosen.id, "image": self.inner.image})
@@ -240,16 +231,7 @@ class ContainerSandbox:
 
     def kill_processes(self, user: str = AGENT) -> None:
         """Kill every process but the container's own two (works for a root agent too)."""
-        inner = self._live()
-        for attempt in range(3):
-            out, _err, hit = inner._run(["/bin/sh", "/opt/envkit/killall.sh", self._keep], user="root", env=None,
-                                        workdir="/", stdin=None, deadline=time.monotonic() + 15, limit=4096)
-            if not hit and b"killed" in out.value():
-                inner.restore_limits()
-                return
-            if attempt == 0:
-                inner._raise_pids_limit_briefly()
-        raise InfraFailure("container_stuck", "could not stop the agent's processes", container=self.id)
+        self._live().kill_processes(user)
 
     def pids_saturated(self) -> bool:
         return self.inner.pids_saturated() if self.inner is not None else False

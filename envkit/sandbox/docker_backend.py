@@ -60,7 +60,7 @@ from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
 
-__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "remove_labelled", "start_container"]
+__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "limit_options", "remove_labelled", "start_container"]
 
 SANDBOX_LABEL = "org.envkit.sandbox"
 _IDEMPOTENT_HELPERS = frozenset({"reset", "hash", "killall", "write"})
@@ -200,6 +200,9 @@ class DockerSandbox:
     has_service: bool = False
     users: dict[str, str] = field(default_factory=lambda: dict(_USERS), repr=False)  # role -> uid:gid
     workdir: str = "/workspace"  # where commands run unless told otherwise
+    # How to kill the agent's processes when the image has no Python helper: a command run as
+    # root that prints "killed" (container environments' killall.sh); None: helper.py killall.
+    kill_command: list[str] | None = None
     _channel: _Channel | None = field(default=None, repr=False)
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -346,10 +349,11 @@ class DockerSandbox:
             raise ValueError(f"{path} is {out.total} bytes, over the {max_bytes}-byte cap")
         return out.value()
 
-    def reset(self, seed: int) -> ResetResult:
+    def reset(self, seed: int, task: str | None = None) -> ResetResult:
         """Restore the seeded state: the repository (as the agent) and the service's
         database (as the service user, which also (re)starts the service and waits for its
-        health check). The state hash covers both."""
+        health check). The state hash covers both. (``task`` is not needed: one image holds
+        every task's seeded state.)"""
         t0 = time.monotonic()
         parts, commit, extra = [], "", {}
         if self.has_repo:
@@ -410,7 +414,7 @@ class DockerSandbox:
         """Kill every process of ``user``. Works even when the pids limit is exhausted."""
         for attempt in range(3):
             try:
-                self._helper(["killall"], user=user, timeout=10)
+                self._kill_once(user)
                 self.restore_limits()
                 return
             except EpisodeFailure as e:
@@ -419,6 +423,15 @@ class DockerSandbox:
                 if attempt == 0:
                     self._raise_pids_limit_briefly()
         raise InfraFailure("container_stuck", f"could not stop the {user}'s processes", container=self.id)
+
+    def _kill_once(self, user: str) -> None:
+        if self.kill_command is None:
+            self._helper(["killall"], user=user, timeout=10)
+            return
+        out, _err, hit = self._run(self.kill_command, user="root", env=None, workdir="/", stdin=None,
+                                   deadline=time.monotonic() + 15, limit=4096)
+        if hit or b"killed" not in out.value():
+            raise InfraFailure("killall_failed", "the sandbox's killall did not answer", container=self.id)
 
     def _raise_pids_limit_briefly(self) -> None:
         # A saturated pids cgroup leaves no room for the exec that would clean it: lift the
@@ -472,23 +485,17 @@ class DockerBackend:
 
     def container_options(self) -> dict[str, Any]:
         lim = self.limits
-        mem = f"{lim.memory_mb}m"
         opts: dict[str, Any] = dict(
-            command=["sleep", "infinity"], detach=True, init=True, user="0:0",
-            labels=self.labels, read_only=True,
+            **limit_options(lim, self.runtime),
+            command=["sleep", "infinity"], labels=self.labels, read_only=True,
             tmpfs={
                 "/workspace": f"size={lim.disk_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
                 "/tmp": f"size={max(lim.disk_mb // 4, 16)}m,mode=1777,exec",
                 "/home/agent": f"size=64m,uid={AGENT_UID},gid={AGENT_UID},mode=0755",
                 "/var/lib/envkit": f"size={max(lim.disk_mb // 2, 16)}m,uid={SERVICE_UID},gid={VERIFIER_UID},mode=0750",
             },
-            shm_size="16m", network_mode="none" if lim.network == "none" else "bridge",
-            cap_drop=["ALL"], security_opt=["no-new-privileges"], pids_limit=lim.pids,
-            mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9), oom_score_adj=500,
-            environment={"HOME": "/home/agent"}, working_dir="/workspace",
+            shm_size="16m", cap_drop=["ALL"], environment={"HOME": "/home/agent"}, working_dir="/workspace",
         )
-        if self.runtime:
-            opts["runtime"] = self.runtime
         return opts
 
     def create(self) -> DockerSandbox:
@@ -501,6 +508,20 @@ class DockerBackend:
     def cleanup(self) -> int:
         """Remove every sandbox this backend's labels match (e.g. after a crash)."""
         return remove_labelled(self.client, self.labels)
+
+
+def limit_options(lim: SandboxLimits, runtime: str | None = None) -> dict[str, Any]:
+    """The container options every sandbox gets from its limits: cgroup caps (memory without
+    swap, CPU quota, pids), the network, no new privileges, tini as PID 1, the OCI runtime."""
+    mem = f"{lim.memory_mb}m"
+    opts: dict[str, Any] = dict(
+        detach=True, init=True, user="0:0", network_mode="none" if lim.network == "none" else "bridge",
+        security_opt=["no-new-privileges"], pids_limit=lim.pids, mem_limit=mem, memswap_limit=mem,
+        nano_cpus=int(lim.cpus * 1e9), oom_score_adj=500,
+    )
+    if runtime:
+        opts["runtime"] = runtime
+    return opts
 
 
 def start_container(client: Any, image: str, options: dict[str, Any], prepare: Any = None) -> Any:

@@ -237,8 +237,8 @@ class RemoteSandbox:
     def get_file(self, path: str, **kwargs: Any) -> bytes:
         return self._call("get_file", path, **kwargs)
 
-    def reset(self, seed: int) -> ResetResult:
-        return self._call("reset", seed)
+    def reset(self, seed: int, task: str | None = None) -> ResetResult:
+        return self._call("reset", seed, task=task)
 
     def kill_processes(self, user: str = "agent") -> None:
         self._call("kill_processes", user)
