@@ -4,6 +4,7 @@ are left out and counted. ``envkit eval`` and the end of ``envkit train`` use it
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from concurrent.futures import ThreadPoolExecutor
@@ -24,10 +25,13 @@ def bootstrap_ci(values: list[float], *, level: float = 0.95, resamples: int = 2
         return (float("nan"), float("nan"))
     rng = random.Random(seed)
     n = len(values)
-    means = sorted(sum(rng.choice(values) for _ in range(n)) / n for _ in range(resamples))
+    means = sorted(math.fsum(rng.choice(values) for _ in range(n)) / n for _ in range(resamples))
     lo = means[int((1 - level) / 2 * resamples)]
     hi = means[min(resamples - 1, int((1 + level) / 2 * resamples))]
-    return (lo, hi)
+    # The interval holds the sample mean: resampled sums of equal rewards can land an ulp away
+    # from fmean (0.7 * 16 / 16 != 0.7), and a plot's error bars must not go negative.
+    mean = statistics.fmean(values)
+    return (min(lo, mean), max(hi, mean))
 
 
 def half_width_needed(values: list[float], target: float) -> int | None:

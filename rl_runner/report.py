@@ -99,6 +99,13 @@ def _save(fig: Any, ax: Any, path: Path, loc: str = "best") -> None:
     plt.close(fig)
 
 
+def _yerr(ev: dict[str, Any]) -> list[list[float]]:
+    """Error bars from a mean and its interval, never negative (an eval.json written before the
+    interval was made to hold its mean can have it an ulp outside)."""
+    lo, hi = ev["ci95"]
+    return [[max(0.0, ev["mean"] - lo)], [max(0.0, hi - ev["mean"])]]
+
+
 def write_report(run_dir: Path) -> dict[str, Any]:
     import matplotlib
 
@@ -119,12 +126,11 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, nan(_series(metrics, "reward.mean")), marker="o", ms=3, label="batch mean reward")
     if ev and ev.get("mean") is not None:
-        lo, hi = ev["ci95"]
-        ax.errorbar([steps[-1]], [ev["mean"]], yerr=[[ev["mean"] - lo], [hi - ev["mean"]]], fmt="s", color="C3", capsize=4,
+        ax.errorbar([steps[-1]], [ev["mean"]], yerr=_yerr(ev), fmt="s", color="C3", capsize=4,
                     label=f"eval ({ev['episodes']} episodes, 95% CI)")
     if ev and ev.get("before") and ev["before"].get("mean") is not None:
         b = ev["before"]
-        ax.errorbar([0], [b["mean"]], yerr=[[b["mean"] - b["ci95"][0]], [b["ci95"][1] - b["mean"]]], fmt="s", color="C2",
+        ax.errorbar([0], [b["mean"]], yerr=_yerr(b), fmt="s", color="C2",
                     capsize=4, label="eval before training")
     ax.set(xlabel="step", ylabel="reward", title="Reward", ylim=(-0.02, 1.02))
     _save(fig, ax, out / "reward.png", loc="lower right")
