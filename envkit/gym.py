@@ -67,6 +67,11 @@ class EnvkitEnv:
     def ref(self) -> str:
         return self.runtime.env.ref
 
+    @property
+    def sandbox_id(self) -> str | None:
+        """The ID of the sandbox this environment holds (None before the first reset)."""
+        return getattr(self._sandbox, "id", None) if self._sandbox is not None else None
+
     def _task(self, task_id: str) -> Any:
         tasks = {t.id: t for t in self.runtime.env.tasks}
         if task_id not in tasks:

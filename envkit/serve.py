@@ -85,10 +85,9 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
         with self._lock:
             options = {"task": kwargs["task"]} if kwargs.get("task") else None
             text, info = self.env.reset(seed=seed, options=options)
-            sandbox = self.env._sandbox
             self._state = EnvkitState(env=self.env.ref, episode_id=episode_id, step_count=0, task_id=info["task_id"],
                                       seed=info["seed"], state_hash=info["state_hash"],
-                                      sandbox=getattr(sandbox, "id", None), running=True)
+                                      sandbox=self.env.sandbox_id, running=True)
             return EnvkitObservation(text=text, task_id=info["task_id"], seed=info["seed"], tools=info["tools"],
                                      done=False, reward=0.0, metadata=info)
 

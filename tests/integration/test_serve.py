@@ -4,6 +4,7 @@ time limit, idle sessions reaped and a client killed mid-episode (its sandbox re
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import docker.errors
 import httpx
 import pytest
 from openenv.core.generic_client import GenericEnvClient
+from websockets.sync.client import connect as ws_connect
 
 from registry_server.pgtemp import free_port
 
@@ -112,6 +114,8 @@ def test_an_episode_past_its_time_limit_then_a_step(served):
         assert late.done and late.reward == 0.0 and late.observation["outcome"] == "model_failure:episode_timeout"
         after = env.step({"tool": "bash", "command": "ls"})
         assert after.done and "reset" in after.observation["text"]  # a clear answer, not a crash
+        with pytest.raises(Exception, match="(?s)has no task 'no-such-task'.*choose among"):  # noqa: B017 - OpenEnv's client raises RuntimeError
+            env.reset(seed=0, task="no-such-task")
         again = env.reset(seed=0, task="slow-agent")  # and the session goes on
         assert not again.done and again.observation["task_id"] == "slow-agent"
         solved = env.step({"tool": "bash", "command": "touch /app/done"})
@@ -128,6 +132,11 @@ def test_more_sessions_than_allowed_are_refused(served):
         with pytest.raises(Exception):  # noqa: B017 - OpenEnv's server closes the socket; its client raises ConnectionClosed
             clients[3].connect()
             clients[3].reset(seed=1, task="hello-file")
+        # on the wire the refusal says why (OpenEnv's client closes before it reads it)
+        with ws_connect(served.replace("http", "ws", 1) + "/ws", open_timeout=10) as raw:
+            refusal = json.loads(raw.recv(timeout=10))
+        assert refusal["type"] == "error" and refusal["data"]["code"] == "CAPACITY_REACHED", refusal
+        assert refusal["data"]["max_sessions"] == 3 and refusal["data"]["message"], refusal
         clients[0].close()  # a slot frees: a new session is served
         time.sleep(1)
         with GenericEnvClient(base_url=served).sync() as late:
