@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from envkit.errors import BuildError, EnvkitError, UserError
 from envkit.images import build, build_from_bundle, image_tag
 from envkit.refs import EnvRef, parse_env_ref
 from envkit.spec import LoadedEnvironment, load_environment
+from envkit.staging import staged_folder
 
 __all__ = ["PublishResult", "PullResult", "cache_dir", "publish", "pull"]
 
@@ -144,15 +143,8 @@ def pull(ref: str | EnvRef, *, registry: Registry) -> PullResult:
         data = None
     else:
         data = _download(registry, version_ref, meta["bundle_digest"])
-        staging = Path(tempfile.mkdtemp(prefix=".pull-", dir=folder.parent if folder.parent.exists() else None))
-        try:
+        with staged_folder(folder, prefix=".pull-") as staging:
             _safe_extract(data, staging)
-            if folder.exists():
-                shutil.rmtree(folder)
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging, folder)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         marker.write_text(json.dumps({"bundle_digest": meta["bundle_digest"], "image_id": meta["image_id"]}))
     env = load_environment(folder)
     image_id, source = _local_image(env, meta, data)

@@ -23,7 +23,6 @@ import json
 import math
 import re
 import shutil
-import tempfile
 import time
 import tomllib
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from envkit.errors import UserError, VerifierFailure
 from envkit.refs import NAME_RE, is_semver
 from envkit.sandbox import AGENT, VERIFIER
 from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
+from envkit.staging import staged_folder
 
 if TYPE_CHECKING:
     from envkit.runtime import Episode, VerifyResult
@@ -289,9 +289,7 @@ def import_harbor(paths: list[Path], out: Path, *, name: str, version: str = "1.
         lines.append(json.dumps(task, sort_keys=True))
         containers.append(container)
         rows.append(row)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".envkit-import-", dir=out.parent))
-    try:
+    with staged_folder(out, prefix=".envkit-import-") as staging:  # out is absent or empty (checked above)
         for tid, folder in ids.items():
             shutil.copytree(folder, staging / "tasks" / tid, symlinks=True)
         (staging / "tasks.jsonl").write_text("\n".join(lines) + "\n")
@@ -300,11 +298,6 @@ def import_harbor(paths: list[Path], out: Path, *, name: str, version: str = "1.
         report = ImportReport(env=f"{name}@{version}", out=str(out), tasks=rows, base_map=base_map)
         (staging / REPORT_FILE).write_text(json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
         load_environment(staging)  # the result must load; a mapping bug fails here, before anything is in place
-        if out.exists():
-            out.rmdir()
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return report
 
 
@@ -352,10 +345,8 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
             raise UserError(f"tasks {', '.join(bad)} have oracles that are not shell scripts", "Harbor's solve.sh is a shell script")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"`{out}` exists and is not empty", "choose a new folder for --out (nothing was written)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".envkit-export-", dir=out.parent))
     written = []
-    try:
+    with staged_folder(out, prefix=".envkit-export-") as staging:
         for task in env.tasks:
             if kind == "repo":
                 _export_repo_task(env, task, staging / task.id)
@@ -384,11 +375,6 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
             toml_path.write_text(_dump_toml(conf))
             (dest / "instruction.md").write_text(task.instruction + "\n")
             written.append(name)
-        if out.exists():
-            out.rmdir()
-        staging.rename(out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return written
 
 
