@@ -1,13 +1,12 @@
 """The runner's local backend (this machine's Docker, episodes on threads) and what both
-backends share: the context an episode function gets, and the retry rule.
+backends share: the context an episode function gets.
 
 An *episode function* is a module-level callable ``fn(ctx: EpisodeContext, **kwargs) ->
 Trajectory``. It takes its sandboxes from ``ctx.sandboxes`` and its policy from ``ctx.policy``,
 so the same function runs here or on a Ray cluster (:mod:`rl_runner.distributed.ray_backend`).
-A backend's ``run(fn, kwargs, session=, cancel=, describe=)`` runs attempts until one is not an
-infra or verifier failure (at most ``max_retries`` retries, each on a fresh sandbox) and returns
-that one trajectory, with ``retries`` and the failed ``attempts``; when the retries run out it
-returns ``describe()`` marked excluded with the last failure.
+A backend's ``run(fn, kwargs, session=, cancel=, describe=)`` runs attempts under the retry rule
+of :mod:`rl_runner.rollout.retry` (each retry on a fresh sandbox) and returns the one trajectory
+that counts; ``describe()`` makes the record of an episode that never ran.
 """
 
 from __future__ import annotations
@@ -18,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envkit.errors import EpisodeFailure, FailureCategory
 from envkit.runtime import EnvRuntime
 from rl_runner.policy.router import Router
+from rl_runner.rollout.retry import run_attempts
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["EpisodeContext", "LocalRollouts", "excluded_after", "failed", "retryable"]
+__all__ = ["EpisodeContext", "LocalRollouts", "split"]
 
 
 @dataclass
@@ -41,29 +40,6 @@ class EpisodeContext:
     session: str | None
     extra: Any = None
     attempt: int = 0
-
-
-def retryable(outcome: str) -> bool:
-    """Infra and verifier failures are retried; a model's own failure is a result."""
-    return outcome.startswith((FailureCategory.INFRA.value, FailureCategory.VERIFIER.value))
-
-
-def failed(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any], attempt: int,
-           attempts: list[str]) -> Trajectory:
-    """The record of an episode that ended in a failure that is not retried (the model's)."""
-    traj = describe()
-    traj.outcome, traj.evidence, traj.excluded, traj.exclude_reason = label, evidence, True, label
-    traj.retries, traj.attempts = attempt, list(attempts)
-    return traj
-
-
-def excluded_after(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any],
-                   attempts: list[str]) -> Trajectory:
-    traj = describe()
-    traj.outcome, traj.evidence, traj.excluded = label, evidence, True
-    traj.exclude_reason = f"{label} after {len(attempts)} attempts"
-    traj.retries, traj.attempts = max(0, len(attempts) - 1), list(attempts)
-    return traj
 
 
 class LocalRollouts:
@@ -88,25 +64,11 @@ class LocalRollouts:
 
     def run(self, fn: Callable[..., Trajectory], kwargs: dict[str, Any], *, session: str, cancel: threading.Event,
             describe: Callable[[], Trajectory]) -> Trajectory:
-        attempts: list[str] = []
-        last: tuple[str, dict[str, Any]] = ("", {})
-        for attempt in range(self.max_retries + 1):
-            sandboxes = self.sandboxes if attempt == 0 else FreshSandboxes(self.runtime.backend)
-            ctx = EpisodeContext(self.runtime, self.router, sandboxes, cancel, session, self.extra, attempt)
-            try:
-                traj = fn(ctx, **kwargs)
-            except EpisodeFailure as e:
-                if not retryable(e.outcome.label):
-                    return failed(describe, e.outcome.label, e.evidence, attempt, attempts)
-                last = (e.outcome.label, e.evidence)
-                attempts.append(last[0])
-                continue
-            if not retryable(traj.outcome):
-                traj.retries, traj.attempts = attempt, list(attempts)
-                return traj
-            last = (traj.outcome, traj.evidence)
-            attempts.append(last[0])
-        return excluded_after(describe, last[0], last[1], attempts)
+        def attempt(n: int, failed: list[str]) -> Trajectory:
+            sandboxes = self.sandboxes if n == 0 else FreshSandboxes(self.runtime.backend)
+            return fn(EpisodeContext(self.runtime, self.router, sandboxes, cancel, session, self.extra, n), **kwargs)
+
+        return run_attempts(attempt, max_retries=self.max_retries, describe=describe)
 
     def close(self) -> None:
         self.sandboxes.close()

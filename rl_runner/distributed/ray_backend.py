@@ -52,9 +52,10 @@ from envkit.runtime import EnvRuntime
 from envkit.sandbox import ExecResult, ResetResult, SandboxLimits
 from envkit.sandbox.docker_backend import DockerBackend
 from envkit.spec import LoadedEnvironment
-from rl_runner.distributed.local import EpisodeContext, excluded_after, failed, retryable, split
+from rl_runner.distributed.local import EpisodeContext, split
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
+from rl_runner.rollout.retry import StopRetrying, failure_record, run_attempts
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 from rl_runner.rollout.trajectory import Trajectory
 
@@ -488,10 +489,9 @@ class RayRollouts:
         ``describe()`` makes the (empty) record of an episode that never ran."""
         import ray
 
-        attempts: list[str] = []
         used: set[int] = set()
-        last: tuple[str, dict[str, Any]] = ("infra_failure:no_sandbox_host", {"message": "no live sandbox host"})
-        for attempt in range(self.max_retries + 1):
+
+        def attempt(n: int, failed: list[str]) -> Trajectory:
             host = self._pick(self.hosts, used)
             worker = self._pick(self.pool, set())
             if host is None or worker is None:
@@ -500,11 +500,10 @@ class RayRollouts:
                 if worker is not None:
                     self._done(worker)
                 what = "sandbox host" if host is None else "rollout worker"
-                last = (f"infra_failure:no_{what.replace(' ', '_')}", {"message": f"no live {what} is left"})
-                break
+                raise StopRetrying(f"infra_failure:no_{what.replace(' ', '_')}", {"message": f"no live {what} is left"})
             used.add(id(host))
             try:
-                ref = worker.handle.run.remote(fn, kwargs, host.handle, host.info["host"], session, attempt)
+                ref = worker.handle.run.remote(fn, kwargs, host.handle, host.info["host"], session, n)
                 cancelled = False
                 while True:
                     ready, _ = ray.wait([ref], timeout=0.5)
@@ -516,36 +515,24 @@ class RayRollouts:
                 reply = ray.get(ref)
             except ray.exceptions.RayActorError:
                 worker.alive = False
-                last = ("infra_failure:rollout_worker_lost", {"message": "the rollout worker running it is gone",
-                                                              "worker_node": worker.info["node"]})
-                attempts.append(last[0])
-                continue
+                return failure_record(describe, "infra_failure:rollout_worker_lost",
+                                      {"message": "the rollout worker running it is gone", "worker_node": worker.info["node"]})
             finally:
                 self._done(host)
                 self._done(worker)
             events, worker_node = reply[-2:]
             self.counter.absorb(events, _wall_offset())
             if reply[0] == "err":
-                _, category, kind, message, evidence = reply[:5]
-                label = f"{category}:{kind}"
-                if not retryable(label):
-                    return self._placed(failed(describe, label, evidence, attempt, attempts), attempt, attempts, host,
-                                        worker_node)
-                last = (label, evidence)
+                _, category, kind, _message, evidence = reply[:5]
+                traj = failure_record(describe, f"{category}:{kind}", evidence)
             else:
                 traj = reply[1]
-                if not retryable(traj.outcome):
-                    return self._placed(traj, attempt, attempts, host, worker_node)
-                last = (traj.outcome, traj.evidence)
-            if last[0].endswith(":sandbox_host_lost"):
+            if traj.outcome.endswith(":sandbox_host_lost"):
                 self._host_lost(host)
-            attempts.append(last[0])
-        return excluded_after(describe, last[0], last[1], attempts)
+            traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"], "worker_node": worker_node}
+            return traj
 
-    def _placed(self, traj: Trajectory, attempt: int, attempts: list[str], host: _Member, worker_node: str) -> Trajectory:
-        traj.retries, traj.attempts = attempt, list(attempts)
-        traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"], "worker_node": worker_node}
-        return traj
+        return run_attempts(attempt, max_retries=self.max_retries, describe=describe)
 
     def _host_lost(self, host: _Member) -> None:
         """Mark a host dead (if it is) and have the live ones remove its containers."""

@@ -12,12 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from envkit.errors import InfraFailure, VerifierFailure
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.metrics import pct
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.rollout.loop import run_agent_episode
+from rl_runner.rollout.retry import run_attempts
 from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
@@ -48,35 +48,30 @@ def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyCl
                      policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300,
                      sandboxes: Sandboxes | None = None, cancel: threading.Event | None = None,
                      session: str | None = None) -> Trajectory:
-    """One episode, retried on a fresh sandbox after an infra or verifier failure; excluded
-    with the reason when the retries run out. ``sandboxes`` lends reusable sandboxes to first
-    attempts (a retry always gets a fresh one)."""
-    attempts: list[str] = []
-    last: InfraFailure | VerifierFailure | None = None
+    """One episode under the retry rule (:mod:`rl_runner.rollout.retry`), each retry on a fresh
+    sandbox. ``sandboxes`` lends reusable sandboxes to first attempts. Before retrying an
+    ``inference_unavailable`` failure it waits (up to ``ready_timeout_s``) for ``policy_ready``:
+    retrying against a server that is down only burns the retry."""
     queued = time.monotonic()
-    for attempt in range(max_retries + 1):
-        if last is not None and last.kind == "inference_unavailable" and policy_ready is not None:
-            # Retrying against a server that is down only burns the retry: wait for it first.
+
+    def attempt(n: int, failed: list[str]) -> Trajectory:
+        if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
             deadline = time.monotonic() + ready_timeout_s
             while not policy_ready() and time.monotonic() < deadline:
                 time.sleep(1.0)
         if on_attempt is not None:
-            on_attempt(index, attempt)
-        try:
-            traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer,
-                                     sampling=sampling, group_id=spec.group_id,
-                                     sandboxes=sandboxes if attempt == 0 else None, cancel=cancel, session=session)
-            traj.retries, traj.attempts = attempt, attempts
-            traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
-            return traj
-        except (InfraFailure, VerifierFailure) as failure:
-            attempts.append(failure.outcome.label)
-            last = failure
-    assert last is not None
-    return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=spec.task.id, seed=spec.seed,
-                      group_id=spec.group_id, reward=None, outcome=last.outcome.label, evidence=last.evidence,
-                      retries=max_retries, attempts=attempts, excluded=True,
-                      exclude_reason=f"{last.outcome.label} after {max_retries + 1} attempts")
+            on_attempt(index, n)
+        traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer, sampling=sampling,
+                                 group_id=spec.group_id, sandboxes=sandboxes if n == 0 else None, cancel=cancel,
+                                 session=session)
+        traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
+        return traj
+
+    def describe() -> Trajectory:
+        return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=spec.task.id, seed=spec.seed,
+                          group_id=spec.group_id)
+
+    return run_attempts(attempt, max_retries=max_retries, describe=describe)
 
 
 def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyClient, tokenizer: Any,
