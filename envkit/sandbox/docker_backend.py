@@ -29,7 +29,8 @@ Covered (each has an adversarial test in ``tests/integration/test_sandbox_advers
 Not covered:
 
 * Kernel exploits: containers share the host kernel (gVisor, ``runtime = "runsc"``, is the
-  stronger option for untrusted code; not wired in yet).
+  stronger option for untrusted code; not wired in: with this machine's gVisor a pids limit
+  kills the whole sandbox, see docs/architecture.md, "Sandboxes").
 * CPU fairness beyond ``cpus`` (a quota, not an isolation guarantee), disk I/O bandwidth,
   and side channels.
 * ``network = "bridge"`` gives the sandbox ordinary outbound access: use it only for
