@@ -101,18 +101,35 @@ def _wall_offset() -> float:
 @dataclass(frozen=True)
 class SandboxSpec:
     """What a host needs to make sandboxes of an environment: its image (by ID, already in
-    the node's engine) and limits. Hosts never need the environment's files."""
+    the node's engine) and limits; for a container environment, every task's image and the
+    task list (their container settings). Hosts never read the environment's files."""
 
     image_id: str
     limits: SandboxLimits
     labels: dict[str, str]
     has_repo: bool
     has_service: bool
+    container_env: LoadedEnvironment | None = None
+    task_images: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, runtime: EnvRuntime) -> SandboxSpec:
         b = runtime.backend
-        return cls(b.image, b.limits, {k: v for k, v in b.labels.items()}, b.has_repo, b.has_service)
+        if runtime.container:
+            return cls(b.image, b.limits, dict(b.labels), False, False, container_env=runtime.env,
+                       task_images=dict(runtime.build.task_images))
+        return cls(b.image, b.limits, dict(b.labels), b.has_repo, b.has_service)
+
+    def images(self) -> list[str]:
+        return sorted(set(self.task_images.values())) if self.container_env is not None else [self.image_id]
+
+    def backend(self, labels: dict[str, str]) -> Any:
+        if self.container_env is not None:
+            from envkit.sandbox.container import ContainerBackend
+
+            return ContainerBackend(self.container_env, self.task_images, self.limits, labels={**self.labels, **labels})
+        return DockerBackend(self.image_id, self.limits, labels={**self.labels, **labels}, has_repo=self.has_repo,
+                             has_service=self.has_service)
 
 
 class SandboxHost:
@@ -126,15 +143,15 @@ class SandboxHost:
         self.node_id = ctx.get_node_id()
         self.host_id = ctx.get_actor_id() or uuid.uuid4().hex
         self.run_id = run_id
-        self.backend = DockerBackend(spec.image_id, spec.limits,
-                                     labels={**spec.labels, RUN_LABEL: run_id, HOST_LABEL: self.host_id},
-                                     has_repo=spec.has_repo, has_service=spec.has_service)
-        try:
-            self.backend.client.images.get(spec.image_id)
-        except docker.errors.ImageNotFound:
-            raise UserError(f"the image {spec.image_id[:19]} is not in the Docker engine of node {socket.gethostname()}",
-                            "every sandbox node needs the environment's image: `envkit build` it there, or load it "
-                            "from your image registry by digest") from None
+        self.backend = spec.backend({RUN_LABEL: run_id, HOST_LABEL: self.host_id})
+        for image in spec.images():
+            try:
+                self.backend.client.images.get(image)
+            except docker.errors.ImageNotFound:
+                raise UserError(f"the image {image[:19]} is not in the Docker engine of node {socket.gethostname()}",
+                                "every sandbox node needs the environment's image: `envkit build` it there, or load it "
+                                "from your image registry by digest (a container environment's task images are not "
+                                "reproducible: `docker save` them on the driver's node and `docker load` them there)") from None
         self.sandboxes: Sandboxes = FreshSandboxes(self.backend)
         self.live: dict[str, tuple[Any, Sandboxes | None]] = {}
         self.lock = threading.Lock()
@@ -243,6 +260,10 @@ class RemoteSandbox:
 
     def kill_processes(self, user: str = "agent") -> None:
         self._call("kill_processes", user)
+
+    def put_tree(self, dest: str, files: list[tuple[str, bytes, int]]) -> None:
+        """A container environment's folder (Harbor tests/, solution/), read on this side."""
+        self._call("put_tree", dest, files)
 
     def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         return self._call("http", method, path, body)
@@ -382,9 +403,6 @@ class RayRollouts:
         self.lock = threading.Lock()
 
     def start(self) -> RayRollouts:
-        if self.runtime.container:
-            raise UserError(f"{self.runtime.env.ref} is a container environment (one image per task); the Ray backend "
-                            "runs envkit-image environments only for now", "use backend=local (the default) for it")
         ray = require_ray()
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:

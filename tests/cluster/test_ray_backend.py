@@ -17,14 +17,18 @@ from typing import Any
 
 import pytest
 
+from envkit.agents import OracleAgent, run_episode
+from envkit.base import find_base
 from envkit.engine import connect
 from envkit.errors import UserError
+from envkit.harbor import import_harbor
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from rl_runner.distributed.local import EpisodeContext
 from rl_runner.rollout.trajectory import Trajectory
 
 from ..conftest import PYFIX
+from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
 
 ray = pytest.importorskip("ray")
 from rl_runner.distributed.ray_backend import RUN_LABEL, LocalRayCluster, RayRollouts  # noqa: E402
@@ -49,6 +53,18 @@ def tool_episode(ctx: EpisodeContext, *, g: int, i: int, seconds: float) -> Traj
         return traj
     finally:
         ctx.sandboxes.release(sandbox, reusable=reusable)
+
+
+def oracle_episode(ctx: EpisodeContext, *, task_id: str, seed: int) -> Trajectory:
+    """The task's oracle (for a Harbor task: solve.sh, then tests/test.sh as the verifier)."""
+    task = ctx.runtime.env.task(task_id)
+    sandbox = ctx.sandboxes.acquire()
+    try:
+        result = run_episode(ctx.runtime, task, seed, OracleAgent(), sandbox)
+    finally:
+        ctx.sandboxes.release(sandbox, reusable=False)
+    return Trajectory(env_ref=ctx.runtime.env.ref, image_digest=ctx.runtime.build.image_id, task_id=task_id, seed=seed,
+                      group_id=task_id, reward=result.reward, outcome=result.outcome, evidence=result.evidence)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +162,49 @@ def test_a_node_without_the_image_is_a_clear_error(cluster: LocalRayCluster, run
     with pytest.raises(UserError, match="not in the Docker engine of node") as e:
         RayRollouts(missing, [], address=cluster.address).start()
     assert "envkit build" in e.value.hint
+
+
+@pytest.mark.timeout(900)
+def test_a_container_environment_runs_on_the_cluster(cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory):
+    """Harbor tasks (one image per task, a fresh container per reset, tests/ and solution/
+    copied in from the worker's side) through sandbox hosts on both nodes."""
+    root = tmp_path_factory.mktemp("ray-harbor")
+    write_harbor_tasks(root / "src")
+    tag = find_base(connect()).tag
+    import_harbor([root / "src"], root / "env", name="harbor/raytest", base_map={image: tag for image in UNPULLABLE})
+    runtime = EnvRuntime(load_environment(root / "env"))
+    tasks = [t.id for t in runtime.env.tasks]
+    rollouts = RayRollouts(runtime, [], address=cluster.address).start()
+    try:
+        rollouts.configure("fresh", 0)
+
+        def one(k: int) -> Trajectory:
+            def describe() -> Trajectory:
+                return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=tasks[k], seed=k,
+                                  group_id="")
+
+            return rollouts.run(oracle_episode, {"task_id": tasks[k], "seed": k}, session=f"h{k}", cancel=threading.Event(),
+                                describe=describe)
+
+        with ThreadPoolExecutor(max_workers=4) as ex:
+            trajs = list(ex.map(one, range(len(tasks))))
+        assert [(t.task_id, t.outcome, t.reward) for t in trajs] == [(k, "ok", 1.0) for k in tasks], \
+            [(t.task_id, t.outcome, t.evidence) for t in trajs]
+        assert all(t.retries == 0 for t in trajs)
+        assert {t.placement["sandbox_node"] for t in trajs} == {h.info["node"] for h in rollouts.hosts}
+    finally:
+        rollouts.close()
+    assert connect().containers.list(all=True, filters={"label": f"{RUN_LABEL}={rollouts.run_id}"}) == []
+
+
+@pytest.mark.timeout(300)
+def test_a_node_without_a_task_image_is_a_clear_error(cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("ray-harbor-missing")
+    write_harbor_tasks(root / "src")
+    tag = find_base(connect()).tag
+    import_harbor([root / "src"], root / "env", name="harbor/raytest", base_map={image: tag for image in UNPULLABLE})
+    runtime = EnvRuntime(load_environment(root / "env"))
+    runtime.build.task_images[runtime.env.tasks[3].id] = "sha256:" + "0" * 64  # an image no engine has
+    with pytest.raises(UserError, match="not in the Docker engine of node") as e:
+        RayRollouts(runtime, [], address=cluster.address).start()
+    assert "docker load" in e.value.hint
