@@ -373,12 +373,6 @@ class _Member:
 
 
 @dataclass
-class _Attempt:
-    host: _Member
-    worker: _Member
-
-
-@dataclass
 class RayRollouts:
     """The driver's view of the cluster (see the module's docstring)."""
 
