@@ -149,9 +149,7 @@ class SandboxHost:
                 self.backend.client.images.get(image)
             except docker.errors.ImageNotFound:
                 raise UserError(f"the image {image[:19]} is not in the Docker engine of node {socket.gethostname()}",
-                                "every sandbox node needs the environment's image: `envkit build` it there, or load it "
-                                "from your image registry by digest (a container environment's task images are not "
-                                "reproducible: `docker save` them on the driver's node and `docker load` them there)") from None
+                                "load it there (the driver's hint says how)") from None
         self.sandboxes: Sandboxes = FreshSandboxes(self.backend)
         self.live: dict[str, tuple[Any, Sandboxes | None]] = {}
         self.lock = threading.Lock()
@@ -426,9 +424,11 @@ class RayRollouts:
             for h in handles:
                 ray.kill(h)
             why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), str(e)[-500:])
+            images = ("every task image of this container environment (its builds are not reproducible: `docker save` "
+                      "them here and `docker load` them there)" if self.runtime.container else
+                      "the environment's image (envkit build it there, or load it by digest)")
             raise UserError(f"a sandbox host could not start: {why}",
-                            "every sandbox node needs Docker running and the environment's image (envkit build it "
-                            "there, or load it by digest)") from None
+                            f"every sandbox node needs Docker running and {images}") from None
         self.hosts = [_Member(h, i) for h, i in zip(handles, infos, strict=True)]
         w = self.workers or len({i["node"] for i in infos})
         worker_cls = ray.remote(RolloutWorker)
