@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,7 +46,10 @@ def half_width_needed(values: list[float], target: float) -> int | None:
 
 def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient, tokenizer: Any, sampling: SamplingParams,
              episodes: int, concurrency: int = 8, seed: int = 0, retries: int = 2,
-             sandboxes: list[Sandboxes] | None = None) -> dict[str, Any]:
+             sandboxes: list[Sandboxes] | None = None,
+             runners: list[Callable[[EpisodeSpec], Trajectory] | None] | None = None) -> dict[str, Any]:
+    """``runners[k]``, when given, runs environment ``k``'s episodes elsewhere (a Ray cluster)
+    instead of this machine's sandboxes; it applies the retry rule itself."""
     specs: list[tuple[int, EpisodeSpec]] = []
     for i in range(episodes):
         k = i % len(envs)
@@ -54,6 +59,9 @@ def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient,
 
     def one(item: tuple[int, EpisodeSpec]) -> Trajectory:
         k, spec = item
+        runner = runners[k] if runners else None
+        if runner is not None:
+            return runner(spec)
         return run_with_retries(envs[k][0], spec, policy=policy, tokenizer=tokenizer, sampling=sampling, max_retries=retries,
                                 sandboxes=sandboxes[k] if sandboxes else None)
 
@@ -70,4 +78,6 @@ def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient,
         "mean": statistics.fmean(rewards) if rewards else None, "ci95": [lo, hi], "half_width": (hi - lo) / 2 if rewards else None,
         "episodes_for_half_width_0.05": half_width_needed(rewards, 0.05),
         "by_task": {k: {"n": len(v), "mean": statistics.fmean(v), "ci95": list(bootstrap_ci(v, seed=seed))} for k, v in sorted(by_task.items())},
+        # where the episodes' sandboxes ran: "local", or the Ray node of their sandbox host
+        "sandbox_nodes": dict(Counter(str((t.placement or {}).get("sandbox_node") or "local") for t in trajs)),
     }

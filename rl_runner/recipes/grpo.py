@@ -64,7 +64,7 @@ __all__ = ["TrainRun", "train"]
 class _Env:
     runtime: EnvRuntime
     tasks: list[Task]
-    sandboxes: Sandboxes  # this machine's (with backend: ray, only evaluation uses them)
+    sandboxes: Sandboxes  # this machine's (unused with backend: ray)
     remote: Any = None  # backend: ray: the environment's RayRollouts (sandbox hosts, rollout workers)
 
     def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
@@ -75,6 +75,17 @@ class _Env:
 
     def sandbox_stats(self) -> dict[str, Any]:
         return self.remote.sandbox_stats() if self.remote is not None else sandbox_stats(self.sandboxes)
+
+    def on_cluster(self, spec: EpisodeSpec, sampling: SamplingParams, *, session: str | None = None,
+                   cancel: threading.Event | None = None) -> Trajectory:
+        """One episode of the agent on the Ray backend (a rollout worker, a sandbox host)."""
+        def describe() -> Trajectory:
+            return Trajectory(env_ref=self.runtime.env.ref, image_digest=self.runtime.build.image_id, task_id=spec.task.id,
+                              seed=spec.seed, group_id=spec.group_id)
+
+        return self.remote.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
+                                               "sampling": sampling},
+                               session=session or spec.group_id, cancel=cancel or threading.Event(), describe=describe)
 
 
 @dataclass
@@ -298,13 +309,7 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     def run_episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
         env, spec = _group(envs, recipe, g)
         if env.remote is not None:
-            def describe() -> Trajectory:
-                return Trajectory(env_ref=env.runtime.env.ref, image_digest=env.runtime.build.image_id, task_id=spec.task.id,
-                                  seed=spec.seed, group_id=spec.group_id)
-
-            return env.remote.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
-                                                  "sampling": sampling},
-                                  session=f"{spec.group_id}/{i}", cancel=cancel, describe=describe)
+            return env.on_cluster(spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
         return run_with_retries(env.runtime, spec, policy=router, tokenizer=tokenizer, sampling=sampling,  # type: ignore[arg-type]
                                 max_retries=recipe.retries, policy_ready=server.healthy if server else None,
                                 sandboxes=env.sandboxes, cancel=cancel, session=f"{spec.group_id}/{i}")
@@ -315,7 +320,9 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
         say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
         ev = evaluate([(e.runtime, e.tasks) for e in envs], policy=policy, tokenizer=tokenizer, sampling=ev_sampling,
                       episodes=recipe.eval.episodes, concurrency=recipe.concurrency, seed=recipe.seed + 1_000_000,
-                      retries=recipe.retries, sandboxes=[e.sandboxes for e in envs])
+                      retries=recipe.retries, sandboxes=[e.sandboxes for e in envs],
+                      runners=[functools.partial(e.on_cluster, sampling=ev_sampling) if e.remote is not None else None
+                               for e in envs])
         ev["version"] = version
         (run_dir / f"{name}.json").write_text(json.dumps(ev, indent=2, sort_keys=True) + "\n")
         return ev

@@ -178,7 +178,7 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Pat
     tokenizer, generation against the same vLLM server, everything else unchanged."""
     run_dir = tmp_path / "ray"
     proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=2", "groups_per_step=2", "group_size=4",
-                "concurrency=4", "eval.episodes=0", "eval.before=false", "backend=ray", "--json")
+                "concurrency=4", "eval.episodes=8", "eval.before=false", "backend=ray", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
@@ -190,6 +190,10 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Pat
     assert all(len(t["weight_versions"]) == len(t["completion_token_ids"]) for t in trajs)
     assert metrics[-1]["batch"]["sandboxes_reused"] > 0  # the hosts' warm pools
     assert 0 <= metrics[-1]["batch"]["inference_idle_share"] < 1
+    ev = json.loads((run_dir / "eval.json").read_text())  # evaluation ran on the cluster too
+    assert ev["episodes"] == 8 and ev["excluded"] == 0, ev
+    assert "local" not in ev["sandbox_nodes"] and sum(ev["sandbox_nodes"].values()) == 8, ev["sandbox_nodes"]
+    assert set(ev["sandbox_nodes"]) <= {t["placement"]["sandbox_node"] for t in trajs}
 
 
 def test_bad_recipe_is_a_clear_error(tmp_path: Path):
