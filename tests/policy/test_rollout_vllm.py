@@ -56,3 +56,19 @@ def test_rollout_runs_an_imported_harbor_environment(server, tiny, tmp_path):
     for r in rows:
         assert r["outcome"] == "ok" or r["outcome"].startswith("model_failure:"), r["outcome"]
         assert r["reward"] is not None and r["completion_token_ids"] and r["image_digest"].startswith("sha256:")
+
+
+def test_eval_cli_gives_intervals_that_hold_their_means(server, tiny, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "eval", "environments/pyfix", "--model", str(tiny),
+                           "-n", "8", "-c", "4", "--max-tokens", "24", "--policy-url", server.url, "--json"],
+                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ev = json.loads(proc.stdout)
+    assert ev["episodes"] == 8 and ev["scored"] + ev["excluded"] == 8 and ev["sandbox_nodes"] == {"local": 8}
+    assert sum(row["n"] for row in ev["by_task"].values()) == ev["scored"]
+    for row in [ev, *ev["by_task"].values()]:
+        lo, hi = row["ci95"]
+        assert lo <= row["mean"] <= hi, row
+    bad = subprocess.run([sys.executable, "-m", "envkit.cli.app", "eval", "environments/pyfix", "--model", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert bad.returncode == 2 and "not a model folder" in bad.stderr and "Traceback" not in bad.stderr
