@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envkit.errors import UserError
 
@@ -83,7 +83,8 @@ class Recipe(_Strict):
     retries: int = Field(default=2, ge=0, le=10)
     seed: int = 0
     dtype: Literal["float32", "bfloat16"] = "float32"  # trainer and vLLM alike
-    policy_url: str | None = None  # a running vLLM (started with envkit's flags) instead of starting one
+    policy_url: str | list[str] | None = None  # running vLLM server(s) (started with envkit's flags) instead of starting them
+    replicas: int = Field(default=1, ge=1, le=16)  # vLLM servers started for the run (generation routed over all)
     checkpoint_every: int = Field(default=10, ge=0)  # 0: only at the end
     resume: Path | None = None  # a checkpoint folder to resume from
     probe_prompts: int = Field(default=4, ge=0, le=64)  # mismatch probe after each publication
@@ -103,6 +104,22 @@ class Recipe(_Strict):
         if isinstance(v, list):
             return [{"ref": e} if isinstance(e, str) else e for e in v]
         return v
+
+    @model_validator(mode="after")
+    def _servers(self) -> Recipe:
+        if self.policy_url is not None and self.replicas != 1:
+            raise ValueError("replicas starts vLLM servers, policy_url names running ones: give one or the other "
+                             "(policy_url takes a list of URLs)")
+        if isinstance(self.policy_url, list) and not self.policy_url:
+            raise ValueError("policy_url is an empty list: name at least one server, or leave it out")
+        return self
+
+    @property
+    def policy_urls(self) -> list[str]:
+        """The running servers named by ``policy_url`` (none: the run starts ``replicas``)."""
+        if self.policy_url is None:
+            return []
+        return [self.policy_url] if isinstance(self.policy_url, str) else list(self.policy_url)
 
     @property
     def batch_size(self) -> int:

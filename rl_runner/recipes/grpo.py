@@ -30,10 +30,12 @@ import contextlib
 import functools
 import json
 import math
+import os
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +131,7 @@ def _pool_size(recipe: Recipe) -> int:
     return recipe.batch.pool_size or share + max(1, math.ceil(share / 4))
 
 
-def _start_ray(recipe: Recipe, envs: list[_Env], url: str, router: Router, cleanup: contextlib.ExitStack,
+def _start_ray(recipe: Recipe, envs: list[_Env], urls: list[str], router: Router, cleanup: contextlib.ExitStack,
                say: Callable[[str], None]) -> None:
     """backend: ray: a sandbox host per node and environment, rollout workers that load the
     tokenizer; a local cluster when the recipe names none."""
@@ -143,7 +145,7 @@ def _start_ray(recipe: Recipe, envs: list[_Env], url: str, router: Router, clean
         cleanup.callback(cluster.stop)
         address = cluster.address
     for e in envs:
-        e.remote = RayRollouts(e.runtime, [url], address=address, workers=recipe.ray.workers or None, affinity=True,
+        e.remote = RayRollouts(e.runtime, urls, address=address, workers=recipe.ray.workers or None, affinity=True,
                                max_retries=recipe.retries, worker_setup=functools.partial(load_tokenizer, str(recipe.model)),
                                episodes_per_worker=recipe.concurrency, router=router).start()
         cleanup.callback(e.remote.close)
@@ -275,27 +277,47 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
         for e in envs:
             cleanup.callback(e.sandboxes.close)
-        server = None
-        if recipe.policy_url is None:
-            say(f"starting vLLM for {recipe.model} …")
-            server = VLLMServer(recipe.model, log_path=run_dir / "vllm.log",
-                                extra_args=[] if cpu else ["--dtype", recipe.dtype]).start()
-            cleanup.callback(server.stop)
-        url = recipe.policy_url or server.url  # type: ignore[union-attr]
-        policy = PolicyClient(url)
-        cleanup.callback(policy.close)
-        publisher = WeightPublisher(url, run_dir / "weights", reference=recipe.model)
+        servers = _start_servers(recipe, run_dir, cpu, cleanup, say)
+        urls = recipe.policy_urls or [s.url for s in servers]
+        clients = [PolicyClient(u) for u in urls]
+        for c in clients:
+            cleanup.callback(c.close)
+        policy = clients[0]  # the mismatch probe's replica
+        publisher = WeightPublisher(urls, run_dir / "weights", reference=recipe.model)
         cleanup.callback(publisher.close)
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
-        router = Router([policy], affinity=True)  # one server here; the router measures inference idle time
+        router = Router(clients, affinity=True)  # session-affine over the replicas; measures inference idle time
         if recipe.backend == "ray":
-            _start_ray(recipe, envs, url, router, cleanup, say)
-        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics, server, on_step, say)
+            _start_ray(recipe, envs, urls, router, cleanup, say)
+        ready = (lambda: all(s.healthy() for s in servers)) if servers else None
+        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics, ready, on_step, say)
+
+
+def _start_servers(recipe: Recipe, run_dir: Path, cpu: bool, cleanup: contextlib.ExitStack,
+                   say: Callable[[str], None]) -> list[VLLMServer]:
+    """The run's own vLLM replicas (none when the recipe names running ones), started at once.
+    On CPU, several replicas are pinned one core each (as `envkit bench rollout` does)."""
+    if recipe.policy_urls:
+        return []
+    n = recipe.replicas
+    say(f"starting {n} vLLM replica(s) of {recipe.model} …")
+    cores = os.cpu_count() or 1
+    servers = [VLLMServer(recipe.model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
+                          extra_args=[] if cpu else ["--dtype", recipe.dtype],
+                          cpu_bind=str(k % cores) if cpu and n > 1 else None) for k in range(n)]
+    for s in servers:
+        cleanup.callback(s.stop)
+    if n == 1:
+        servers[0].start()
+    else:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            list(pool.map(lambda s: s.start(), servers))
+    return servers
 
 
 def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tokenizer: Any, policy: PolicyClient,
-          router: Router, publisher: WeightPublisher, metrics: MetricsLog, server: VLLMServer | None,
+          router: Router, publisher: WeightPublisher, metrics: MetricsLog, policy_ready: Callable[[], bool] | None,
           on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
     s = recipe.sampling
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
@@ -311,14 +333,14 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
         if env.remote is not None:
             return env.on_cluster(spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
         return run_with_retries(env.runtime, spec, policy=router, tokenizer=tokenizer, sampling=sampling,  # type: ignore[arg-type]
-                                max_retries=recipe.retries, policy_ready=server.healthy if server else None,
+                                max_retries=recipe.retries, policy_ready=policy_ready,
                                 sandboxes=env.sandboxes, cancel=cancel, session=f"{spec.group_id}/{i}")
 
     ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
 
     def run_eval(name: str) -> dict[str, Any]:
         say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
-        ev = evaluate([(e.runtime, e.tasks) for e in envs], policy=policy, tokenizer=tokenizer, sampling=ev_sampling,
+        ev = evaluate([(e.runtime, e.tasks) for e in envs], policy=router, tokenizer=tokenizer, sampling=ev_sampling,  # type: ignore[arg-type]
                       episodes=recipe.eval.episodes, concurrency=recipe.concurrency, seed=recipe.seed + 1_000_000,
                       retries=recipe.retries, sandboxes=[e.sandboxes for e in envs],
                       runners=[functools.partial(e.on_cluster, sampling=ev_sampling) if e.remote is not None else None
@@ -449,6 +471,7 @@ def _batch_stats(batch: Batch, router: Router, envs: list[_Env]) -> dict[str, An
     return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
             "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
             "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
+            "replica_requests": router.cache_stats()["requests"],  # generation requests per vLLM replica, so far
             "sandboxes_created": sum(e.sandbox_stats()["created"] for e in envs),
             "sandboxes_reused": sum(e.sandbox_stats()["reused"] for e in envs)}
 

@@ -196,6 +196,29 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Pat
     assert set(ev["sandbox_nodes"]) <= {t["placement"]["sandbox_node"] for t in trajs}
 
 
+@pytest.mark.timeout(1500)
+def test_two_replicas_share_generation_and_receive_every_version(warm: Path, tmp_path: Path):
+    """replicas: 2 — two vLLM servers, generation routed over both, each version published to
+    both (each reports it afterwards), evaluation routed too."""
+    run_dir = tmp_path / "two"
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=2", "groups_per_step=2", "group_size=4",
+                "concurrency=4", "replicas=2", "eval.episodes=4", "eval.before=false", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    for m in metrics:
+        assert m["publish"]["served_versions"] == [str(m["version"])] * 2, m["publish"]
+        assert m["publish"]["served_version"] == str(m["version"])
+        assert m["mismatch"]["round_trip_ok"], m["mismatch"]
+    requests = metrics[-1]["batch"]["replica_requests"]
+    assert len(requests) == 2 and all(n > 0 for n in requests), requests
+    assert (run_dir / "vllm.log").is_file() and (run_dir / "vllm-1.log").is_file()
+    assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 4
+    both = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={tmp_path / 'x'}", "replicas=2",
+                "policy_url=http://127.0.0.1:9", timeout=300)
+    assert both.returncode == 2 and "replicas" in both.stderr and "Traceback" not in both.stderr
+
+
 def test_bad_recipe_is_a_clear_error(tmp_path: Path):
     bad = tmp_path / "r.yaml"
     bad.write_text("model: nowhere\nenvs: [environments/shellcmd]\nsteps: -1\n")
