@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rl_runner.metrics import read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
 
 from ..conftest import ROOT
@@ -107,6 +109,15 @@ def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ), timeout=timeout)
 
 
+def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
+    """`envkit train` of the toy recipe, small batches (2 groups of 4, 4 at once), no eval
+    before; it must succeed. Returns its metrics records."""
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "groups_per_step=2", "group_size=4",
+                "concurrency=4", "eval.before=false", *overrides, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return read_metrics(run_dir)
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: str):
@@ -159,10 +170,7 @@ def test_twenty_steps_then_report_and_doctor(warm: Path, tmp_path: Path, mode: s
 @pytest.mark.timeout(1200)
 def test_naive_batch_policy_starts_a_fresh_sandbox_per_episode(warm: Path, tmp_path: Path):
     run_dir = tmp_path / "naive"
-    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=3", "groups_per_step=2", "group_size=4",
-                "concurrency=4", "eval.episodes=0", "eval.before=false", "batch.policy=naive", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = _short_run(warm, run_dir, "steps=3", "eval.episodes=0", "batch.policy=naive")
     assert len(metrics) == 3
     assert metrics[-1]["batch"]["sandboxes_reused"] == 0
     assert metrics[-1]["batch"]["sandboxes_created"] >= 24
@@ -177,10 +185,7 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Pat
     """backend: ray: sandbox hosts on two Ray node processes, rollout workers that load the
     tokenizer, generation against the same vLLM server, everything else unchanged."""
     run_dir = tmp_path / "ray"
-    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=2", "groups_per_step=2", "group_size=4",
-                "concurrency=4", "eval.episodes=8", "eval.before=false", "backend=ray", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = _short_run(warm, run_dir, "steps=2", "eval.episodes=8", "backend=ray")
     assert [m["step"] for m in metrics] == [1, 2]
     trajs = [json.loads(line) for f in sorted((run_dir / "trajectories").glob("step-*.jsonl"))
              for line in f.read_text().splitlines()]
@@ -201,10 +206,7 @@ def test_two_replicas_share_generation_and_receive_every_version(warm: Path, tmp
     """replicas: 2 — two vLLM servers, generation routed over both, each version published to
     both (each reports it afterwards), evaluation routed too."""
     run_dir = tmp_path / "two"
-    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "steps=2", "groups_per_step=2", "group_size=4",
-                "concurrency=4", "replicas=2", "eval.episodes=4", "eval.before=false", "--json")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    metrics = _short_run(warm, run_dir, "steps=2", "replicas=2", "eval.episodes=4")
     assert [m["step"] for m in metrics] == [1, 2]
     for m in metrics:
         assert m["publish"]["served_versions"] == [str(m["version"])] * 2, m["publish"]
