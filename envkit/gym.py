@@ -163,8 +163,8 @@ class EnvkitEnv:
     def _finish(self, obs: str, *, terminated: bool, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         episode = self._episode
         assert episode is not None
-        failure = episode.model_failure or episode.limit_failure
         verdict = episode.verify()
+        failure = episode.decisive_failure()
         info.update(outcome=failure.outcome.label if failure else "ok", verifier=verdict.details)
         self._end_episode()
         return obs, float(verdict.reward), terminated, not terminated, info

@@ -426,7 +426,7 @@ def _export_repo_task(env: LoadedEnvironment, task: Any, dest: Path) -> None:
             shutil.copyfile(src, tests / "env" / rel)
     helpers = resources.files("envkit.sandbox") / "incontainer"
     (tests / "opt").mkdir()
-    for name in ("pytest_verifier.py", "state_verifier.py"):
+    for name in ("pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py"):
         (tests / "opt" / name).write_bytes((helpers / name).read_bytes())
     test = tests / "test.sh"
     test.write_text(_REPO_TEST.format(ref=env.ref, task_id=_shell_quote(task.id),
@@ -466,7 +466,7 @@ def _reward(rewards: dict[str, Any]) -> float:
     return sum(values) / len(values)
 
 
-def verify_container_task(episode: Episode) -> VerifyResult:
+def verify_container_task(episode: Episode, sandbox: Any) -> VerifyResult:
     """Harbor's verifier phase: stop the agent, copy tests/ to /tests, run test.sh (as the
     task's verifier user, in the image's working folder, with [verifier] env), read
     /logs/verifier/reward.json (several keys: ``reward`` if present, else their mean) or
@@ -475,7 +475,6 @@ def verify_container_task(episode: Episode) -> VerifyResult:
 
     c = episode.task.container
     assert c is not None
-    sandbox: Any = episode.sandbox
     t0 = time.monotonic()
     sandbox.kill_processes(AGENT)
     prep = sandbox.exec("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier",
@@ -486,7 +485,6 @@ def verify_container_task(episode: Episode) -> VerifyResult:
     env = {**c.verifier_env, "ENVKIT_TASK_ID": episode.task.id, "ENVKIT_SEED": str(episode.seed)}
     res = sandbox.exec(episode.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=env)
     duration = round(time.monotonic() - t0, 4)
-    episode.timings["verify_s"] = duration
     tail = (res.stdout + res.stderr)[-2000:]
     if res.timed_out:
         raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)

@@ -40,7 +40,7 @@ __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build", "build_from_bu
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
-HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py")
+HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py")
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,18 @@
 An :class:`EnvRuntime` holds one built environment (its image and sandbox backend); each
 :class:`Episode` runs on one sandbox: ``reset(seed)`` → ``step(command)``… → ``verify()``.
 Every way an episode can end is classified per :mod:`envkit.errors`.
+
+Verification is where the reward is decided, so it keeps two rules (DESIGN.md, lesson 7):
+
+* **The trust boundary.** The verifier runs as its own user, which cannot read the agent's
+  workspace; in a repository environment the runtime starts the call server as the *agent*
+  (``ENVKIT_CALLS``), and hidden tests reach the agent's code only through it, as data
+  (``envkit_check``).
+* **Counterfactual attribution.** A verifier that times out, crashes or prints no reward on
+  the agent's state is asked again on the seeded state of a fresh sandbox. If it works there,
+  the agent's state broke it: a model failure with reward 0 (trainable, not retried). If it
+  fails there too, it is the environment's failure (``verifier_failure``, excluded). If the
+  fresh sandbox itself fails, it is infra. The evidence says which case happened.
 """
 
 from __future__ import annotations
@@ -10,6 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -83,7 +96,8 @@ class EnvRuntime:
                                             labels={"org.envkit.env": env.ref})
         else:
             self.backend = DockerBackend(self.build.image_id, self.limits, client=client, labels={"org.envkit.env": env.ref},
-                                         has_repo=state.repo is not None, has_service=state.service is not None)
+                                         has_repo=state.repo is not None, has_service=state.service is not None,
+                                         scrub="bash" in env.spec.tools.enabled)
         self._first_hash: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
@@ -99,20 +113,26 @@ class EnvRuntime:
             raise InfraFailure("nondeterministic_reset", f"reset with seed {reset.seed} gave another state",
                                expected_hash=first, got_hash=reset.state_hash)
 
-    def episode(self, task: Task, seed: int, sandbox: Sandbox, agent: str = "") -> Episode:
-        return Episode(self, task, seed, sandbox, agent)
+    def episode(self, task: Task, seed: int, sandbox: Sandbox, agent: str = "",
+                fresh: Callable[[], Sandbox] | None = None) -> Episode:
+        """An episode on ``sandbox``. ``fresh`` makes a new sandbox for the counterfactual
+        check (default: this runtime's backend; a Ray worker passes its sandbox host's)."""
+        return Episode(self, task, seed, sandbox, agent, fresh)
 
 
 class Episode:
-    def __init__(self, runtime: EnvRuntime, task: Task, seed: int, sandbox: Sandbox, agent: str) -> None:
+    def __init__(self, runtime: EnvRuntime, task: Task, seed: int, sandbox: Sandbox, agent: str,
+                 fresh: Callable[[], Sandbox] | None = None) -> None:
         self.runtime = runtime
         self.task = task
         self.seed = seed
         self.sandbox = sandbox
         self.agent = agent
+        self.fresh = fresh
         self.steps: list[StepRecord] = []
         self.model_failure: ModelFailure | None = None  # ended the episode
         self.limit_failure: ModelFailure | None = None  # a command hit a limit; the episode went on
+        self.verify_failure: ModelFailure | None = None  # verification showed the model's fault (reward stands)
         self.reset_result: ResetResult | None = None
         self.answer_text: str | None = None
         self._browser: Any = None
@@ -236,24 +256,38 @@ class Episode:
         self.steps.append(StepRecord(f"answer {self.answer_text[:200]}", 0, "", "", 0.0, None))
 
     def verify(self) -> VerifyResult:
+        """The reward of the state the agent left (see the module's docstring for the rules).
+        Raises :class:`VerifierFailure` (the environment's) or :class:`InfraFailure`; a
+        failure the model caused comes back as reward 0 with ``verify_failure`` set."""
+        t0 = time.monotonic()
+        try:
+            verdict = self._verify_on(self.sandbox, self.answer_text)
+        except VerifierFailure as failure:
+            verdict = self._counterfactual(failure)
+        self.timings["verify_s"] = round(time.monotonic() - t0, 4)
+        return verdict
+
+    def _verify_on(self, sandbox: Sandbox, answer: str | None) -> VerifyResult:
+        """Run the verifier once on ``sandbox`` as it is."""
         if self.task.container is not None:
             from envkit.harbor import verify_container_task
 
-            return verify_container_task(self)
+            return verify_container_task(self, sandbox)
         t0 = time.monotonic()
-        self.sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
+        sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
         env = {
             "ENVKIT_TASK_ID": self.task.id,
             "ENVKIT_TASK_PARAMS": json.dumps(self.task.params, sort_keys=True),
             "ENVKIT_SEED": str(self.seed),
             "ENVKIT_WORKSPACE": "/workspace",
         }
-        if self.answer_text is not None:
-            env["ENVKIT_ANSWER"] = self.answer_text
+        if self.spec.state.repo is not None:
+            env["ENVKIT_CALLS"] = sandbox.start_agent_calls()
+        if answer is not None:
+            env["ENVKIT_ANSWER"] = answer
         vspec = self.spec.verifier
-        res = self.sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
+        res = sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
         duration = round(time.monotonic() - t0, 4)
-        self.timings["verify_s"] = duration
         tail = res.stderr[-2000:]
         if res.timed_out:
             raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
@@ -268,17 +302,61 @@ class Episode:
                                   stdout_tail=res.stdout[-500:], stderr_tail=tail) from None
         if not 0.0 <= reward <= 1.0:
             raise VerifierFailure("bad_output", f"the verifier's reward {reward} is outside [0, 1]")
+        code = details.get("agent_code") if isinstance(details, dict) else None
+        if sandbox is self.sandbox and isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
+            self.verify_failure = ModelFailure(
+                "code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) while the "
+                "verifier called it", timeouts=int(code["timeouts"]), reward=reward)
         return VerifyResult(reward=reward, details=details, duration_s=duration)
 
+    def _counterfactual(self, failure: VerifierFailure) -> VerifyResult:
+        """The verifier failed on the agent's state: does it also fail on the seeded state of a
+        fresh sandbox? No: the model's failure (reward 0). Yes: the environment's (raised)."""
+        t0 = time.monotonic()
+        agent_state = {"outcome": failure.outcome.label, **failure.evidence}
+        try:
+            sandbox = (self.fresh or self.runtime.backend.create)()
+        except EpisodeFailure as e:
+            raise InfraFailure("counterfactual_failed", "no fresh sandbox for the counterfactual check",
+                               agent_state=agent_state, error=str(e)) from None
+        try:
+            reset = sandbox.reset(self.seed, task=self.task.id)
+            self.runtime.check_reset(reset)
+            try:
+                seeded = self._verify_on(sandbox, None)
+            except VerifierFailure as again:
+                seconds = round(time.monotonic() - t0, 4)
+                self.timings["counterfactual_s"] = seconds
+                evidence = {k: v for k, v in failure.evidence.items() if k != "message"}
+                raise VerifierFailure(failure.kind, failure.message + " (and on the seeded state of a fresh sandbox)",
+                                      **evidence, attribution="environment", counterfactual_s=seconds,
+                                      seeded_state={"outcome": again.outcome.label, **again.evidence}) from None
+        except (InfraFailure, ModelFailure) as e:
+            raise InfraFailure("counterfactual_failed", "the counterfactual check's fresh sandbox failed",
+                               agent_state=agent_state, error=str(e)) from None
+        finally:
+            try:
+                sandbox.destroy()
+            except Exception:  # noqa: BLE001 - cleanup must not hide the verdict
+                pass
+        seconds = round(time.monotonic() - t0, 4)
+        self.timings["counterfactual_s"] = seconds
+        self.verify_failure = ModelFailure(
+            failure.kind, f"{failure.message} on the agent's state, but not on the seeded state of a fresh sandbox: "
+            "the agent's state caused it", attribution="model", agent_state=agent_state,
+            seeded_state={"reward": seeded.reward}, counterfactual_s=seconds)
+        return VerifyResult(reward=0.0, details={"reward": 0.0, "attribution": "model", "agent_state": agent_state,
+                                                 "seeded_state_reward": seeded.reward, "counterfactual_s": seconds},
+                            duration_s=seconds)
+
+    def decisive_failure(self) -> ModelFailure | None:
+        """The model failure the outcome names: what verification showed, else what ended the
+        episode, else a limit a command hit."""
+        return self.verify_failure or self.model_failure or self.limit_failure
+
     def result(self, reward: float | None, failure: EpisodeFailure | None, verifier: dict[str, Any]) -> EpisodeResult:
-        if failure is not None:
-            outcome: Outcome = failure.outcome
-        elif self.model_failure is not None:
-            outcome = self.model_failure.outcome
-        elif self.limit_failure is not None:
-            outcome = self.limit_failure.outcome
-        else:
-            outcome = Outcome.ok()
+        decisive = failure or self.decisive_failure()
+        outcome: Outcome = decisive.outcome if decisive is not None else Outcome.ok()
         return EpisodeResult(
             env=self.runtime.env.ref, image_id=self.runtime.build.image_id, task_id=self.task.id, seed=self.seed,
             agent=self.agent, reward=reward, outcome=outcome.label, evidence=outcome.evidence,

@@ -65,7 +65,11 @@ def clamp(x, lo, hi):
     return x
 ''',
     "repo/README.md": "# calc\n\nA tiny calculator module. Run `python3 -c 'import calc'`.\n",
-    "verify/tests/fix-clamp.py": '''from calc import clamp
+    "verify/tests/fix-clamp.py": '''# Hidden tests never import the workspace: envkit_check runs the agent's code in its own
+# process, as the agent, and brings back plain data (docs/spec.md, "Verifiers").
+from envkit_check import function
+
+clamp = function("calc.clamp")
 
 
 def test_above_range():
@@ -75,9 +79,9 @@ def test_above_range():
 def test_far_above_range():
     assert clamp(1e9, -1, 1) == 1
 ''',
-    "verify/tests/add-mean.py": '''import pytest
+    "verify/tests/add-mean.py": '''from envkit_check import module, raises
 
-import calc
+calc = module("calc")
 
 
 def test_mean():
@@ -85,7 +89,7 @@ def test_mean():
 
 
 def test_empty():
-    with pytest.raises(ValueError):
+    with raises(ValueError):
         calc.mean([])
 ''',
     "oracle/fix-clamp.sh": '''#!/bin/bash

@@ -106,4 +106,9 @@ class Sandbox(Protocol):
 
     def kill_processes(self, user: str = AGENT) -> None: ...
 
+    def start_agent_calls(self) -> str:
+        """Start the agent's call server for a verification (envkit_check); returns its
+        socket path, or ``unavailable: <why>``."""
+        ...
+
     def destroy(self) -> None: ...

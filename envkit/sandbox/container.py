@@ -122,7 +122,7 @@ class ContainerBackend:
         container = start_container(self.client, image, opts, prepare=lambda made: made.put_archive("/", self.helpers))
         users = {AGENT: c.agent_user, VERIFIER: c.verifier_user, "root": "0:0"}
         return DockerSandbox(container=container, limits=limits, image=image, created_s=round(time.monotonic() - t0, 4),
-                             has_repo=False, has_service=False, users=users, workdir=workdir)
+                             has_repo=False, has_service=False, users=users, user_env={}, workdir=workdir)
 
     def create(self) -> ContainerSandbox:
         return ContainerSandbox(self)
@@ -232,6 +232,9 @@ class ContainerSandbox:
     def kill_processes(self, user: str = AGENT) -> None:
         """Kill every process but the container's own two (works for a root agent too)."""
         self._live().kill_processes(user)
+
+    def start_agent_calls(self) -> str:
+        return "unavailable: container environments keep Harbor's trust model (tests run in the agent's container)"
 
     def pids_saturated(self) -> bool:
         return self.inner.pids_saturated() if self.inner is not None else False

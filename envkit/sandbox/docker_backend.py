@@ -64,12 +64,23 @@ from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimi
 __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "limit_options", "remove_labelled", "start_container"]
 
 SANDBOX_LABEL = "org.envkit.sandbox"
-_IDEMPOTENT_HELPERS = frozenset({"reset", "hash", "killall", "write"})
+_IDEMPOTENT_HELPERS = frozenset({"reset", "scrub", "hash", "killall", "write"})
 SERVICE = "service"
+ROOT = "root"
 _USERS = {AGENT: f"{AGENT_UID}:{AGENT_UID}", VERIFIER: f"{VERIFIER_UID}:{VERIFIER_UID}",
-          SERVICE: f"{SERVICE_UID}:{VERIFIER_UID}", "root": "0:0"}
+          SERVICE: f"{SERVICE_UID}:{VERIFIER_UID}", ROOT: "0:0"}
+# Each user's own HOME, and no Python user site: a process of the verifier or root must never
+# pick up files from the agent's home (~/.local/.../usercustomize.py, .pth files).
+_USER_ENV = {VERIFIER: {"HOME": "/home/verifier", "PYTHONNOUSERSITE": "1"},
+             SERVICE: {"HOME": "/var/lib/envkit", "PYTHONNOUSERSITE": "1"},
+             ROOT: {"HOME": "/root", "PYTHONNOUSERSITE": "1"}}
+# What root (and only root: envkit's own helpers) may do inside a sandbox: kill any process,
+# read, remove and chown any file, become another user (to remove its IPC objects, which only
+# an owner may). Nothing else; no other user has any capability.
+ROOT_CAPS = ["KILL", "DAC_OVERRIDE", "FOWNER", "CHOWN", "SETUID", "SETGID"]
 _BACKSTOP_S = 5.0
 _HELPER = "/opt/envkit/helper.py"
+_CALLSERVER = "/opt/envkit/callserver.py"
 _EXEC = "/opt/envkit/exec.sh"
 
 
@@ -199,7 +210,9 @@ class DockerSandbox:
     last_reset: ResetResult | None = field(default=None, repr=False)
     has_repo: bool = True
     has_service: bool = False
+    scrub: bool = False  # no repository, but the agent runs commands: resets scrub the sandbox as root
     users: dict[str, str] = field(default_factory=lambda: dict(_USERS), repr=False)  # role -> uid:gid
+    user_env: dict[str, dict[str, str]] = field(default_factory=lambda: dict(_USER_ENV), repr=False)  # role -> env
     workdir: str = "/workspace"  # where commands run unless told otherwise
     # How to kill the agent's processes when the image has no Python helper: a command run as
     # root that prints "killed" (container environments' killall.sh); None: helper.py killall.
@@ -259,7 +272,7 @@ class DockerSandbox:
         out, err = _Capped(limit), _Capped(limit)
         try:
             ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=self.users.get(user, user),
-                                       environment=env or {}, workdir=workdir)
+                                       environment={**self.user_env.get(user, {}), **(env or {})}, workdir=workdir)
             sock = self._api.exec_start(ex["Id"], socket=True)
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
             raise self._infra(e, "exec start") from None
@@ -322,7 +335,7 @@ class DockerSandbox:
 
     def _helper(self, args: list[str], *, user: str, stdin: bytes | None = None, timeout: float = 60) -> dict[str, Any]:
         for attempt in range(2):
-            out, err, hit = self._run(["python3", _HELPER, *args], user=user, env=None, workdir="/",
+            out, err, hit = self._run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
                                       stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
             # Docker can lose a short exec's output entirely (moby/moby#27289, docker/docker-py#2042;
             # seen here as a reset that answered nothing: once in each of two 160-episode bench runs). These helper commands
@@ -351,16 +364,20 @@ class DockerSandbox:
         return out.value()
 
     def reset(self, seed: int, task: str | None = None) -> ResetResult:
-        """Restore the seeded state: the repository (as the agent) and the service's
-        database (as the service user, which also (re)starts the service and waits for its
-        health check). The state hash covers both. (``task`` is not needed: one image holds
-        every task's seeded state.)"""
+        """Restore the seeded state: the whole sandbox as root (every process of the agent and
+        verifier users killed, every place they can write wiped, the repository restored; see
+        helper.py) and the service's database (as the service user, which also (re)starts the
+        service and waits for its health check). The state hash covers both. (``task`` is
+        not needed: one image holds every task's seeded state.)"""
         t0 = time.monotonic()
         parts, commit, extra = [], "", {}
         if self.has_repo:
-            data = self._helper(["reset", str(int(seed))], user=AGENT)
+            data = self._helper(["reset", str(int(seed))], user=ROOT)
             parts.append(data["state_hash"])
             commit = data.get("commit", "")
+        elif self.scrub:  # no repository, but the agent runs commands: scrub what they left
+            left = self._helper(["scrub"], user=ROOT)["leftovers"]
+            parts.append("sha256:" + hashlib.sha256("\n".join(left).encode()).hexdigest())
         if self.has_service:
             data = self._service_call(["service-reset", str(int(seed))])
             parts.append(data["state_hash"])
@@ -377,7 +394,8 @@ class DockerSandbox:
         with self._channel_lock:
             try:
                 if self._channel is None:
-                    ex = self._api.exec_create(self.id, ["python3", _HELPER, "serve"], stdin=True, user=_USERS[SERVICE])
+                    ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "serve"], stdin=True, user=_USERS[SERVICE],
+                                               environment=_USER_ENV[SERVICE])
                     self._channel = _Channel(self._api.exec_start(ex["Id"], socket=True))
                 data = self._channel.call({"cmd": args[0], "args": args[1:]}, timeout=120)
             except (OSError, ValueError, _Deadline, docker.errors.DockerException, *TRANSPORT_ERRORS):
@@ -393,7 +411,7 @@ class DockerSandbox:
     def state_hash(self) -> str:
         parts = []
         if self.has_repo:
-            parts.append(str(self._helper(["hash"], user=AGENT)["state_hash"]))
+            parts.append(str(self._helper(["hash"], user=ROOT)["state_hash"]))
         if self.has_service:
             parts.append(str(self._service_call(["service-hash"])["state_hash"]))
         return parts[0] if len(parts) == 1 else "sha256:" + hashlib.sha256("|".join(parts).encode()).hexdigest()
@@ -406,10 +424,24 @@ class DockerSandbox:
     def open_relay(self) -> Any:
         """A hijacked exec socket piped to the service's port inside the sandbox (see forward.py)."""
         try:
-            ex = self._api.exec_create(self.id, ["python3", _HELPER, "relay"], stdin=True, user=_USERS[AGENT])
+            ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "relay"], stdin=True, user=_USERS[AGENT])
             return self._api.exec_start(ex["Id"], socket=True)
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
             raise self._infra(e, "relay start") from None
+
+    def start_agent_calls(self) -> str:
+        """Start the call server (callserver.py) as the agent, for a verification: the
+        verifier's tests reach the agent's code through it (envkit_check). Returns its socket,
+        or ``unavailable: <why>`` when it did not start for a reason inside the sandbox (e.g.
+        the agent filled /tmp): the tests then fail, which is the model's doing."""
+        folder = f"/tmp/.envkit-calls-{secrets.token_hex(8)}"
+        out, err, hit = self._run(["python3", "-I", _CALLSERVER, "start", folder], user=AGENT, env=None, workdir="/",
+                                  stdin=None, deadline=time.monotonic() + 30, limit=1 << 16)
+        try:
+            return str(json.loads(out.value().decode().strip().splitlines()[-1])["socket"])
+        except (ValueError, IndexError, KeyError):
+            why = "did not answer in 30 s" if hit else err.value()[-300:].decode(errors="replace").strip()
+            return f"unavailable: the call server did not start: {why or 'no output'}"
 
     def kill_processes(self, user: str = AGENT) -> None:
         """Kill every process of ``user``. Works even when the pids limit is exhausted."""
@@ -475,10 +507,11 @@ class DockerBackend:
 
     def __init__(self, image: str, limits: SandboxLimits, *, client: Any | None = None,
                  labels: dict[str, str] | None = None, runtime: str | None = None,
-                 has_repo: bool = True, has_service: bool = False) -> None:
+                 has_repo: bool = True, has_service: bool = False, scrub: bool = False) -> None:
         self.client = client or connect()
         self.has_repo = has_repo
         self.has_service = has_service
+        self.scrub = scrub
         self.image = image
         self.limits = limits
         self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
@@ -490,12 +523,14 @@ class DockerBackend:
             **limit_options(lim, self.runtime),
             command=["sleep", "infinity"], labels=self.labels, read_only=True,
             tmpfs={
-                "/workspace": f"size={lim.disk_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0755,exec",
+                # 0700: no other user reads the agent's files, so no verifier can import or run them
+                "/workspace": f"size={lim.disk_mb}m,uid={AGENT_UID},gid={AGENT_UID},mode=0700,exec",
                 "/tmp": f"size={max(lim.disk_mb // 4, 16)}m,mode=1777,exec",
-                "/home/agent": f"size=64m,uid={AGENT_UID},gid={AGENT_UID},mode=0755",
+                "/home/agent": f"size=64m,uid={AGENT_UID},gid={AGENT_UID},mode=0700",
                 "/var/lib/envkit": f"size={max(lim.disk_mb // 2, 16)}m,uid={SERVICE_UID},gid={VERIFIER_UID},mode=0750",
             },
-            shm_size="16m", cap_drop=["ALL"], environment={"HOME": "/home/agent"}, working_dir="/workspace",
+            shm_size="16m", cap_drop=["ALL"], cap_add=ROOT_CAPS, environment={"HOME": "/home/agent"},
+            working_dir="/workspace",
         )
         return opts
 
@@ -504,7 +539,7 @@ class DockerBackend:
         container = start_container(self.client, self.image, self.container_options())
         return DockerSandbox(container=container, limits=self.limits, image=self.image,
                              created_s=round(time.monotonic() - t0, 4), has_repo=self.has_repo,
-                             has_service=self.has_service)
+                             has_service=self.has_service, scrub=self.scrub)
 
     def cleanup(self) -> int:
         """Remove every sandbox this backend's labels match (e.g. after a crash)."""

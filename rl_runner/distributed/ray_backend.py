@@ -259,6 +259,9 @@ class RemoteSandbox:
     def kill_processes(self, user: str = "agent") -> None:
         self._call("kill_processes", user)
 
+    def start_agent_calls(self) -> str:
+        return str(self._call("start_agent_calls"))
+
     def put_tree(self, dest: str, files: list[tuple[str, bytes, int]]) -> None:
         """A container environment's folder (Harbor tests/, solution/), read on this side."""
         self._call("put_tree", dest, files)
@@ -293,6 +296,12 @@ class HostSandboxes:
 
     def acquire(self, timeout: float = 600) -> RemoteSandbox:
         sid = _raise(_host_call(self.host, self.host_id, "acquire", self.fresh))
+        return RemoteSandbox(self.host, sid, self.host_id)
+
+    def create_fresh(self) -> RemoteSandbox:
+        """A new container on this host, whatever the supply (the counterfactual check's);
+        destroying it releases it."""
+        sid = _raise(_host_call(self.host, self.host_id, "acquire", True))
         return RemoteSandbox(self.host, sid, self.host_id)
 
     def release(self, sandbox: RemoteSandbox, *, reusable: bool = False) -> None:

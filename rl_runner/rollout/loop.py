@@ -44,7 +44,8 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
     sandbox = sandboxes.acquire() if sandboxes is not None else runtime.backend.create()
     reusable = False
     timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
-    episode = runtime.episode(task, seed, sandbox, "policy")
+    # The counterfactual check's fresh sandbox: from the sandbox host on a Ray cluster.
+    episode = runtime.episode(task, seed, sandbox, "policy", fresh=getattr(sandboxes, "create_fresh", None))
     traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id, seed=seed,
                       group_id=group_id)
     try:
@@ -100,12 +101,12 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
         else:
             failure = ModelFailure("turn_limit", f"the model used all {limits.max_turns} turns")
         timings["generation_s"] = round(generation_s, 4)
-        failure = failure or episode.model_failure or episode.limit_failure
         verdict = episode.verify()
         traj.reward = verdict.reward
+        failure = episode.verify_failure or failure or episode.model_failure or episode.limit_failure
         if failure is not None:
             traj.outcome, traj.evidence = failure.outcome.label, failure.evidence
-        timings.update({k: v for k, v in episode.timings.items() if k in ("reset_s", "tools_s", "verify_s")})
+        timings.update({k: v for k, v in episode.timings.items() if k in ("reset_s", "tools_s", "verify_s", "counterfactual_s")})
         timings["episode_s"] = round(time.monotonic() - t0, 4)
         traj.timings = timings
         reusable = failure is None or failure.kind in ("unparseable_action", "turn_limit", "token_limit")

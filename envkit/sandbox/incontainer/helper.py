@@ -1,9 +1,11 @@
 """envkit in-sandbox helper (runs inside the container with the base image's python3).
 
-    helper.py reset SEED    as the agent user: kill the agent's processes, wipe the
-                            writable places, restore the seeded state, print JSON
-                            {"state_hash", "commit"}
-    helper.py hash          print {"state_hash", "commit"} for the workspace as it is
+    helper.py reset SEED    as root: the whole-sandbox reset (kill every process of the agent
+                            and verifier users, wipe every place they can write, remove their
+                            IPC objects, restore the seeded repository), print JSON
+                            {"state_hash", "commit", "seed"}
+    helper.py scrub         as root: the same without a repository (service environments)
+    helper.py hash          as root: {"state_hash", "commit"} for the sandbox as it is
     helper.py killall       kill every process of the calling user
     helper.py write PATH MODE   write stdin to PATH (atomically) with MODE (octal)
     helper.py service-reset SEED   as the service user: restore the database from its fixture,
@@ -12,6 +14,14 @@
     helper.py service-hash  the service state's hash as it is now
     helper.py http METHOD PATH  a request to the service (JSON body on stdin), printed as JSON
     helper.py relay         pipe stdin/stdout to the service's TCP port (the host's port forward)
+
+Root in the sandbox holds only CAP_KILL, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN, CAP_SETUID
+and CAP_SETGID, and only these helpers run as root: the agent, verifier and service users have
+no capabilities (and no-new-privileges), so no process of theirs can signal, trace or steer a
+reset. The state hash covers the workspace (files, modes, links, the commit) and a listing of
+whatever is left in the scratch places and IPC namespace after the wipe (normally nothing: a
+leftover changes the hash, so the runtime's same-seed-same-state check destroys the sandbox).
+Files and IPC objects of the service user are the environment's own and are left alone.
 """
 
 import hashlib
@@ -29,13 +39,18 @@ import time
 
 WORKSPACE = "/workspace"
 SEED_REPO = "/seed/repo"
-SCRATCH = ("/tmp", "/home/agent")
+# Every place the agent and verifier users can write (tests/integration/test_reset_isolation.py
+# checks this list against a search of the whole filesystem as each user).
+SCRATCH = ("/tmp", "/home/agent", "/dev/shm", "/dev/mqueue")
+AGENT_UID, VERIFIER_UID, SERVICE_UID = 1000, 1001, 1002
+EPISODE_UIDS = (AGENT_UID, VERIFIER_UID)
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "envkit", "GIT_AUTHOR_EMAIL": "seed@envkit.invalid",
     "GIT_COMMITTER_NAME": "envkit", "GIT_COMMITTER_EMAIL": "seed@envkit.invalid",
     "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent",
 }
+IPC_KINDS = (("shm", "shmctl", "shmid"), ("msg", "msgctl", "msqid"), ("sem", "semctl", "semid"))
 
 
 def killall():
@@ -45,21 +60,46 @@ def killall():
         pass
 
 
-def wipe(path):
-    if not os.path.isdir(path):
+def kill_users(uids):
+    """As root (CAP_KILL): SIGKILL every process whose real uid is in ``uids``, round after
+    round until none is left (a fork bomb's children appear while the first round runs)."""
+    me = os.getpid()
+    for _ in range(200):
+        found = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                with open(f"/proc/{name}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                if fields["State"].split()[0] in ("Z", "X") or int(fields["Uid"].split()[0]) not in uids:
+                    continue
+                os.kill(int(name), signal.SIGKILL)
+                found += 1
+            except (OSError, KeyError, ValueError, IndexError):
+                continue
+        if not found:
+            return
+        time.sleep(0.002)
+    raise RuntimeError("processes of the episode's users kept appearing")
+
+
+def wipe(path, keep_uids=(SERVICE_UID,)):
+    """Remove everything in ``path`` but what belongs to ``keep_uids`` (as root: modes and
+    sticky bits do not stop it; nothing of the agent's runs any more, so no link can move)."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
         return
-    # The agent may have left folders it cannot enter (chmod 000): open them up first.
-    for dirpath, dirnames, _ in os.walk(path):
-        for d in dirnames:
-            p = os.path.join(dirpath, d)
-            if not os.path.islink(p):
-                try:
-                    os.chmod(p, 0o700)
-                except OSError:
-                    pass
-    for name in os.listdir(path):
+    for name in names:
         p = os.path.join(path, name)
-        if os.path.isdir(p) and not os.path.islink(p):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if st.st_uid in keep_uids:
+            continue
+        if stat.S_ISDIR(st.st_mode):
             shutil.rmtree(p, ignore_errors=True)
         else:
             try:
@@ -68,12 +108,159 @@ def wipe(path):
                 pass
 
 
+def _ipc_objects(keep_uids=(SERVICE_UID,)):
+    """(kind, id, description) of each System V IPC object not owned by ``keep_uids``."""
+    out = []
+    for kind, _, id_col in IPC_KINDS:
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                head, *rows = f.read().splitlines()
+        except (OSError, ValueError):
+            continue
+        cols = head.split()
+        for row in rows:
+            vals = dict(zip(cols, row.split(), strict=False))
+            try:
+                if int(vals["uid"]) in keep_uids:
+                    continue
+                out.append((kind, int(vals[id_col]), f"{kind} key={vals.get('key')} uid={vals['uid']} perms={vals.get('perms')}"))
+            except (KeyError, ValueError):
+                continue
+    return out
+
+
+def as_user(uid, fn):
+    """Run ``fn`` in a child process that has become ``uid`` (root holds CAP_SETUID): some
+    things only an owner may do, e.g. remove its System V IPC objects."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            fn()
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - the child reports by its exit status
+            os._exit(1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _remove_own_ipc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctl = {kind: fn for kind, fn, _ in IPC_KINDS}
+    me = os.getuid()
+    for kind, ident, _ in _ipc_objects(keep_uids=()):
+        if ident is not None and _ipc_owner(kind, ident) == me:
+            if kind == "sem":
+                libc.semctl(ident, 0, 0)  # IPC_RMID
+            else:
+                getattr(libc, ctl[kind])(ident, 0, None)
+
+
+def remove_ipc():
+    """Remove the episode users' shared memory, message queues and semaphores (IPC_RMID needs
+    the owner: done as each user)."""
+    owners = {_ipc_owner(kind, ident) for kind, ident, _ in _ipc_objects()}
+    for uid in sorted(owners & set(EPISODE_UIDS)):
+        as_user(uid, _remove_own_ipc)
+
+
+def _ipc_owner(kind, ident):
+    for k, i, line in _ipc_objects(keep_uids=()):
+        if k == kind and i == ident:
+            return int(line.split(" uid=")[1].split()[0])
+    return None
+
+
+def _digest(path):
+    """sha256 of a regular file, opened without following links or blocking (a FIFO)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not-a-file"
+        h = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            h.update(chunk)
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def leftovers():
+    """What the wipe left in the scratch places and the IPC namespace (normally nothing)."""
+    lines = []
+    for root in SCRATCH:
+        for dirpath, dirnames, filenames in os.walk(root):
+            kept = []
+            for name in sorted(dirnames + filenames):
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                if st.st_uid == SERVICE_UID:
+                    continue
+                if name in dirnames and not stat.S_ISLNK(st.st_mode):
+                    kept.append(name)
+                lines.append(f"S {p} {st.st_uid} {st.st_mode:o} {st.st_size}")
+            dirnames[:] = kept
+    lines += [f"I {line}" for _, _, line in _ipc_objects()]
+    return lines
+
+
+def scrub():
+    """The part of every reset that needs root: no process or file of an earlier episode's
+    agent or verifier survives."""
+    for uid in EPISODE_UIDS:  # kill(-1) as the user: every process of it, at once
+        as_user(uid, killall)
+    kill_users(EPISODE_UIDS)  # and whatever was still being born
+    for p in (WORKSPACE, *SCRATCH):
+        wipe(p)
+    for p in (WORKSPACE, "/home/agent"):  # the agent's own: no other user reads (or imports) its files
+        if os.path.isdir(p):
+            os.chmod(p, 0o700)
+    remove_ipc()
+
+
+def _chown_tree(path, uid):
+    os.lchown(path, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
 def git(*args):
     import subprocess
 
     env = dict(os.environ, **GIT_ENV)
-    return subprocess.run(["git", *args], cwd=WORKSPACE, env=env, check=True,
+    return subprocess.run(["git", "-c", f"safe.directory={WORKSPACE}", *args], cwd=WORKSPACE, env=env, check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+def _head():
+    """The workspace's HEAD commit, read from .git's files (never by running git as root on a
+    repository the agent controls): a 40-hex id, or ""."""
+    def read(rel):
+        try:
+            fd = os.open(os.path.join(WORKSPACE, ".git", rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return ""
+        try:
+            return os.read(fd, 4096).decode(errors="replace") if stat.S_ISREG(os.fstat(fd).st_mode) else ""
+        finally:
+            os.close(fd)
+
+    head = read("HEAD").strip()
+    if head.startswith("ref: refs/heads/") and ".." not in head:
+        ref = head[5:]
+        head = read(ref).strip()
+        if not head:
+            for line in read("packed-refs").splitlines():
+                if line.endswith(" " + ref):
+                    head = line.split()[0]
+    return head if len(head) == 40 and all(c in "0123456789abcdef" for c in head) else ""
 
 
 def state():
@@ -84,28 +271,34 @@ def state():
         h.update(f"D {rel_dir}\n".encode())
         for name in sorted(filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]):
             p = os.path.join(dirpath, name)
-            st = os.lstat(p)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
             rel = os.path.normpath(os.path.join(rel_dir, name))
             if stat.S_ISLNK(st.st_mode):
                 h.update(f"L {rel} {os.readlink(p)}\n".encode())
             elif stat.S_ISREG(st.st_mode):
-                with open(p, "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
+                try:
+                    digest = _digest(p)
+                except OSError:
+                    digest = "unreadable"
                 h.update(f"F {rel} {st.st_mode & 0o777:o} {digest}\n".encode())
-    commit = ""
-    if os.path.isdir(os.path.join(WORKSPACE, ".git")):
-        try:
-            commit = git("rev-parse", "HEAD")
-        except Exception:  # noqa: BLE001 - a broken repository hashes as having no commit
-            commit = ""
+            else:
+                h.update(f"O {rel} {stat.S_IFMT(st.st_mode):o}\n".encode())
+    commit = _head()
     h.update(f"C {commit}\n".encode())
-    return {"state_hash": "sha256:" + h.hexdigest(), "commit": commit}
+    left = leftovers()
+    for line in left:
+        h.update(f"{line}\n".encode())
+    out = {"state_hash": "sha256:" + h.hexdigest(), "commit": commit}
+    if left:
+        out["leftovers"] = left[:20]
+    return out
 
 
 def reset(seed):
-    killall()
-    for p in (WORKSPACE, *SCRATCH):
-        wipe(p)
+    scrub()
     if os.path.isdir(SEED_REPO):
         for name in os.listdir(SEED_REPO):
             src, dst = os.path.join(SEED_REPO, name), os.path.join(WORKSPACE, name)
@@ -116,6 +309,7 @@ def reset(seed):
         git("init", "-q", "-b", "main")
         git("add", "-A")
         git("commit", "-q", "--no-gpg-sign", "-m", "envkit seed")
+    _chown_tree(WORKSPACE, AGENT_UID)
     out = state()
     out["seed"] = seed
     return out
@@ -330,6 +524,9 @@ def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "reset":
         out = reset(int(argv[2]))
+    elif cmd == "scrub":
+        scrub()
+        out = {"leftovers": leftovers()}
     elif cmd == "hash":
         out = state()
     elif cmd == "killall":

@@ -1,6 +1,7 @@
 import pytest
+from envkit_check import module, raises
 
-from kit import roman
+roman = module("kit.roman")
 
 
 def test_examples():
@@ -15,5 +16,5 @@ def test_round_trip():
 
 @pytest.mark.parametrize("bad", ["", "IIII", "VX", "ABC", "MMMM"])
 def test_rejects_invalid(bad):
-    with pytest.raises(ValueError):
+    with raises(ValueError):
         roman.from_roman(bad)

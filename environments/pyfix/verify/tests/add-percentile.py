@@ -1,6 +1,7 @@
 import pytest
+from envkit_check import module, raises
 
-from kit import stats
+stats = module("kit.stats")
 
 
 def test_median_percentile():
@@ -17,7 +18,7 @@ def test_extremes():
 
 
 def test_rejects_bad_input():
-    with pytest.raises(ValueError):
+    with raises(ValueError):
         stats.percentile([], 50)
-    with pytest.raises(ValueError):
+    with raises(ValueError):
         stats.percentile([1, 2], 101)

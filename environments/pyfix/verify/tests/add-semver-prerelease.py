@@ -1,6 +1,8 @@
 import pytest
+from envkit_check import function
 
-from kit.semver import compare, parse
+compare = function("kit.semver.compare")
+parse = function("kit.semver.parse")
 
 ORDER = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
          "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0"]

@@ -1,4 +1,6 @@
-from kit.lru import LRUCache
+from envkit_check import function
+
+LRUCache = function("kit.lru.LRUCache")
 
 
 def test_get_refreshes_recency():

@@ -1,4 +1,6 @@
-from kit.intervals import merge
+from envkit_check import function
+
+merge = function("kit.intervals.merge")
 
 
 def test_touching_pair():

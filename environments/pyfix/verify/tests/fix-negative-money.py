@@ -1,4 +1,6 @@
-from kit.money import format_cents
+from envkit_check import function
+
+format_cents = function("kit.money.format_cents")
 
 
 def test_small_negative():

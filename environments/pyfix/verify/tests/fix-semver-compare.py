@@ -1,4 +1,7 @@
-from kit.semver import compare, newest
+from envkit_check import function
+
+compare = function("kit.semver.compare")
+newest = function("kit.semver.newest")
 
 
 def test_minor_numeric():

@@ -1,4 +1,6 @@
-from kit.text import slugify
+from envkit_check import function
+
+slugify = function("kit.text.slugify")
 
 
 def test_collapses_spaces():

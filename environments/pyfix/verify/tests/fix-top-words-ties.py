@@ -1,4 +1,6 @@
-from kit.wordfreq import top_words
+from envkit_check import function
+
+top_words = function("kit.wordfreq.top_words")
 
 
 def test_ties_alphabetical():

@@ -1,4 +1,6 @@
-from kit.text import truncate
+from envkit_check import function
+
+truncate = function("kit.text.truncate")
 
 
 def test_result_fits_width():
