@@ -1,5 +1,6 @@
-"""`envkit validate`: every task's oracle reaches 1.0, the null agent stays at 0.0, and two
-fresh sandboxes reset with the same seed give the same state hash."""
+"""`envkit validate`: every task's oracle reaches 1.0, the null agent stays at 0.0, no hack
+probe beats any task (:mod:`envkit.probes`), and two fresh sandboxes reset with the same seed
+give the same state hash."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 
 from envkit.agents import NullAgent, OracleAgent, run_episode
 from envkit.errors import EnvkitError
+from envkit.probes import Probe, ProbeResult, probe_set, run_probe, skipped
 from envkit.runtime import EnvRuntime
+from envkit.sandbox import Sandbox
 from envkit.spec import Task
 
 __all__ = ["TaskCheck", "ValidationReport", "validate"]
@@ -28,10 +31,15 @@ class TaskCheck:
     seconds: float
     problems: list[str] = field(default_factory=list)
     episode_seconds: list[float] = field(default_factory=list)
+    probes: list[ProbeResult] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def beaten_by(self) -> list[str]:
+        return [p.probe for p in self.probes if p.beaten]
 
 
 @dataclass
@@ -42,10 +50,25 @@ class ValidationReport:
     determinism: dict[str, Any]
     seconds: float
     reproducible: bool = True  # False: images built from Dockerfiles (container environments)
+    probe_set: str = "none"
+    probes_run: list[str] = field(default_factory=list)
+    probes_skipped: dict[str, str] = field(default_factory=dict)  # probe -> why it does not apply
 
     @property
     def ok(self) -> bool:
         return all(t.ok for t in self.tasks) and bool(self.determinism.get("ok"))
+
+    def beaten(self) -> dict[str, list[str]]:
+        """probe -> the tasks it beat."""
+        out: dict[str, list[str]] = {}
+        for t in self.tasks:
+            for name in t.beaten_by:
+                out.setdefault(name, []).append(t.task_id)
+        return out
+
+    def probe_summary(self) -> dict[str, Any]:
+        return {"set": self.probe_set, "run": list(self.probes_run), "skipped": dict(self.probes_skipped),
+                "episodes": sum(len(t.probes) for t in self.tasks), "beaten": self.beaten()}
 
     def health_figures(self) -> dict[str, Any]:
         """This run's figures in the registry's health-report shape."""
@@ -57,7 +80,7 @@ class ValidationReport:
             if o.startswith(("infra_failure:", "verifier_failure:")):
                 infra[o.split(":", 1)[1]] = infra.get(o.split(":", 1)[1], 0) + 1
         times = [s for t in self.tasks for s in t.episode_seconds if s > 0]
-        return {
+        figures: dict[str, Any] = {
             "episodes": len(outcomes),
             "infra_failures": infra,
             "model_failures": sum(o.startswith("model_failure:") for o in outcomes),
@@ -65,15 +88,19 @@ class ValidationReport:
             "p50_episode_s": round(percentile(times, 50), 3) if times else None,
             "p95_episode_s": round(percentile(times, 95), 3) if times else None,
         }
+        if self.probe_set != "none":
+            figures["probes"] = {k: v for k, v in self.probe_summary().items() if k != "run"} | {"tasks": len(self.tasks)}
+        return figures
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "env": self.env, "image_id": self.image_id, "ok": self.ok, "seconds": self.seconds, "reproducible": self.reproducible,
             "tasks": [{**asdict(t), "ok": t.ok} for t in self.tasks], "determinism": self.determinism,
+            "probes": self.probe_summary(),
         }
 
 
-def _check_task(runtime: EnvRuntime, task: Task, seed: int) -> TaskCheck:
+def _check_task(runtime: EnvRuntime, task: Task, seed: int, probes: list[Probe]) -> TaskCheck:
     t0 = time.monotonic()
     problems: list[str] = []
     try:
@@ -84,14 +111,50 @@ def _check_task(runtime: EnvRuntime, task: Task, seed: int) -> TaskCheck:
         oracle = run_episode(runtime, task, seed, OracleAgent(), sandbox)
         null = run_episode(runtime, task, seed, NullAgent(), sandbox)  # same sandbox: reset must restore it
     finally:
-        sandbox.destroy()
+        _destroy(sandbox)
     if oracle.outcome != "ok" or oracle.reward != 1.0:
         problems.append(f"oracle: reward {oracle.reward} ({oracle.outcome}) {oracle.evidence.get('message', '')}".strip())
     if null.outcome != "ok" or null.reward != 0.0:
         problems.append(f"null: reward {null.reward} ({null.outcome}) {null.evidence.get('message', '')}".strip())
+    results = _probe_task(runtime, task, seed, probes, null.reward, problems)
     return TaskCheck(task.id, task.difficulty, oracle.reward, oracle.outcome, null.reward, null.outcome,
                      round(time.monotonic() - t0, 3), problems,
-                     [oracle.timings.get("episode_s", 0.0), null.timings.get("episode_s", 0.0)])
+                     [oracle.timings.get("episode_s", 0.0), null.timings.get("episode_s", 0.0)], results)
+
+
+def _probe_task(runtime: EnvRuntime, task: Task, seed: int, probes: list[Probe], null_reward: float | None,
+                problems: list[str]) -> list[ProbeResult]:
+    """Each probe on the task, one after the other on one sandbox (a new one after a probe
+    that beat the task or broke its sandbox)."""
+    results: list[ProbeResult] = []
+    sandbox: Sandbox | None = None
+    try:
+        for probe in probes:
+            if sandbox is None:
+                sandbox = runtime.backend.create()
+            result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)
+            if result.outcome.startswith("infra_failure"):  # a broken sandbox: one more try on a fresh one
+                _destroy(sandbox)
+                sandbox = runtime.backend.create()
+                result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)
+            results.append(result)
+            if result.beaten:
+                problems.append(f"probe {probe.name} beat it: {result.why}")
+                _destroy(sandbox)
+                sandbox = None
+    except EnvkitError as e:
+        problems.append(f"probes could not run: {e}")
+    finally:
+        if sandbox is not None:
+            _destroy(sandbox)
+    return results
+
+
+def _destroy(sandbox: Sandbox) -> None:
+    try:
+        sandbox.destroy()
+    except Exception:  # noqa: BLE001 - already gone
+        pass
 
 
 def _determinism(runtime: EnvRuntime, seed: int) -> dict[str, Any]:
@@ -107,15 +170,23 @@ def _determinism(runtime: EnvRuntime, seed: int) -> dict[str, Any]:
     return {"ok": len(set(hashes)) == 1, "seed": seed, "hashes": hashes}
 
 
-def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2,
+def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str = "quick", tasks: list[str] | None = None,
              progress: Callable[[TaskCheck], None] | None = None) -> ValidationReport:
+    """Check every task (or those named in ``tasks``) with the oracle, the null agent and the
+    probes of the set ``probes`` (``none``, ``quick``, ``all``)."""
     t0 = time.monotonic()
+    chosen = probe_set(probes)
+    tools = [str(t) for t in runtime.env.spec.tools.enabled]
+    skip = skipped(chosen, tools)
+    playing = [p for p in chosen if p.name not in skip]
+    task_list = [runtime.env.task(t) for t in tasks] if tasks else list(runtime.env.tasks)
     determinism = _determinism(runtime, seed)
     checks: list[TaskCheck] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for check in pool.map(lambda t: _check_task(runtime, t, seed), runtime.env.tasks):
+        for check in pool.map(lambda t: _check_task(runtime, t, seed, playing), task_list):
             checks.append(check)
             if progress is not None:
                 progress(check)
     return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism, round(time.monotonic() - t0, 2),
-                            reproducible=runtime.build.reproducible)
+                            reproducible=runtime.build.reproducible, probe_set=probes, probes_run=[p.name for p in playing],
+                            probes_skipped=skip)

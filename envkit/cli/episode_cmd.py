@@ -10,7 +10,9 @@ from envkit.agents import parse_agent, run_episode
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
 from envkit.client import Registry
+from envkit.probes import probe_set
 from envkit.runtime import EnvRuntime, EpisodeResult
+from envkit.validate import ValidationReport
 from envkit.validate import validate as run_validation
 
 _TRACE_LINES = 40
@@ -71,37 +73,28 @@ def register(app: typer.Typer) -> None:
         env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
         seed: int = typer.Option(0, "--seed", help="Reset seed for every episode."),
         jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
+        probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
+        tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
         send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """Oracle must reach 1.0 and null stay 0.0 on every task; resets must be deterministic."""
+        """Oracle must reach 1.0, null stay 0.0 and no hack probe beat any task; resets must be deterministic."""
+        probe_set(probes)  # a wrong set name is refused before anything starts
         loaded = resolve_environment(env)
+        for t in tasks or []:
+            loaded.task(t)
         runtime = EnvRuntime(loaded)
         registry = Registry() if send_report else None  # fail early when no registry is configured
         if as_json:
-            report = run_validation(runtime, seed=seed, jobs=jobs)
+            report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks)
             print_json(report.to_dict())
         else:
             columns = (TextColumn("validating {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
-                bar = progress.add_task(loaded.ref, total=len(loaded.tasks))
-                report = run_validation(runtime, seed=seed, jobs=jobs, progress=lambda _c: progress.advance(bar))
-            table = Table(title=f"{report.env}  image {report.image_id[:19]}…")
-            for col in ("task", "difficulty", "oracle", "null", "time", "status"):
-                table.add_column(col)
-            for t in report.tasks:
-                status = "[green]ok[/]" if t.ok else "[red]FAIL[/] " + "; ".join(t.problems)
-                table.add_row(t.task_id, t.difficulty, f"{t.oracle_reward}", f"{t.null_reward}", f"{t.seconds:.1f} s", status)
-            console.print(table)
-            det = report.determinism
-            mark = "[green]ok[/]" if det.get("ok") else "[red]FAIL[/]"
-            console.print(f"determinism (seed {det.get('seed')}, two fresh sandboxes): {mark} "
-                          f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
-            if not report.reproducible:
-                console.print(f"image: [yellow]not reproducible[/] ({len(runtime.build.task_images)} task images built from "
-                              "Dockerfiles; their IDs are recorded in envkit.lock, `envkit build --check-recorded` compares a rebuild)")
-            n_ok = sum(t.ok for t in report.tasks)
-            console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")
+                bar = progress.add_task(loaded.ref, total=len(tasks or loaded.tasks))
+                report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks,
+                                        progress=lambda _c: progress.advance(bar))
+            _print_validation(report, runtime)
         if registry is not None:
             ns, name = loaded.spec.environment.name.split("/")
             with registry:
@@ -110,3 +103,34 @@ def register(app: typer.Typer) -> None:
                 console.print(f"reported to {registry.url}: {summary['episodes']} episodes over {summary['reports']} report(s)")
         if not report.ok:
             raise typer.Exit(1)
+
+
+def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:
+    table = Table(title=f"{report.env}  image {report.image_id[:19]}…")
+    for col in ("task", "difficulty", "oracle", "null", "probes", "time", "status"):
+        table.add_column(col)
+    for t in report.tasks:
+        status = "[green]ok[/]" if t.ok else "[red]FAIL[/] " + "; ".join(t.problems)
+        held = f"{len(t.probes) - len(t.beaten_by)}/{len(t.probes)} held" if report.probes_run else "-"
+        table.add_row(t.task_id, t.difficulty, f"{t.oracle_reward}", f"{t.null_reward}", held, f"{t.seconds:.1f} s", status)
+    console.print(table)
+    if report.probe_set != "none":
+        ptable = Table(title=f"hack probes ({report.probe_set})")
+        for col in ("probe", "result"):
+            ptable.add_column(col)
+        beaten = report.beaten()
+        for name in report.probes_run:
+            row = f"[red]beat {', '.join(beaten[name])}[/]" if name in beaten else f"[green]held on {len(report.tasks)} task(s)[/]"
+            ptable.add_row(name, row)
+        for name, why in report.probes_skipped.items():
+            ptable.add_row(name, f"[yellow]skipped[/]: {why}")
+        console.print(ptable)
+    det = report.determinism
+    mark = "[green]ok[/]" if det.get("ok") else "[red]FAIL[/]"
+    console.print(f"determinism (seed {det.get('seed')}, two fresh sandboxes): {mark} "
+                  f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
+    if not report.reproducible:
+        console.print(f"image: [yellow]not reproducible[/] ({len(runtime.build.task_images)} task images built from "
+                      "Dockerfiles; their IDs are recorded in envkit.lock, `envkit build --check-recorded` compares a rebuild)")
+    n_ok = sum(t.ok for t in report.tasks)
+    console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")

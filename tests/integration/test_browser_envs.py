@@ -34,6 +34,9 @@ def test_validate_issuetracker_via_cli():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and len(report["tasks"]) >= 15 and report["determinism"]["ok"]
+    probes = report["probes"]  # the default set, played on every task: none beat any
+    assert probes["set"] == "quick" and probes["beaten"] == {} and {"off-origin", "disabled-tools"} <= set(probes["run"])
+    assert probes["skipped"]["path-escape"] == "the environment offers no http tool"
 
 
 def test_snapshot_lists_elements_with_ids_and_pagination_works(tracker):

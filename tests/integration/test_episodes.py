@@ -148,12 +148,16 @@ def test_validate_pyfix_via_cli(pyfix_runtime):
     assert all(t["oracle_reward"] == 1.0 and t["null_reward"] == 0.0 for t in report["tasks"])
     det = report["determinism"]
     assert det["ok"] and len(det["hashes"]) == 2 and det["hashes"][0] == det["hashes"][1]
+    probes = report["probes"]  # the default set, played on every task: none beat any
+    assert probes["set"] == "quick" and probes["beaten"] == {} and len(probes["run"]) >= 10
+    assert set(probes["skipped"]) == {"path-escape", "off-origin"}
+    assert all(not p["beaten"] for t in report["tasks"] for p in t["probes"])
 
 
 def test_validate_fails_when_an_oracle_is_wrong(pyfix_copy):
     oracle = pyfix_copy / "oracle" / "fix-median.sh"
     oracle.write_text("#!/bin/bash\ntrue\n")
-    proc = envkit("validate", str(pyfix_copy))
+    proc = envkit("validate", str(pyfix_copy), "--task", "fix-median", "--task", "fix-slugify", "--probes", "none")
     assert proc.returncode == 1
     assert "FAIL" in proc.stdout and "fix-median" in proc.stdout
 

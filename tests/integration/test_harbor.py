@@ -83,16 +83,28 @@ def test_imported_environment_builds_validates_and_is_marked_not_reproducible(ru
     lock = json.loads((env_dir / "envkit.lock").read_text())
     assert lock["reproducible"] is False and set(lock["task_images"]) == {t.id for t in runtime.env.tasks}
     assert len(set(lock["task_images"].values())) >= 9  # own images; prebuilt-image is the mapped base itself
-    report = validate(runtime, jobs=2)
+    report = validate(runtime, jobs=2, probes="none")
     failed = [(t.task_id, t.problems) for t in report.tasks if not t.ok]
     assert not failed, failed
     assert report.ok and report.reproducible is False and report.determinism["ok"]
     assert all(t.oracle_reward == 1.0 and t.null_reward == 0.0 for t in report.tasks)
 
 
+def test_probes_show_what_harbors_trust_model_does_not_guarantee(runtime):
+    """An imported task keeps Harbor's model: its tests run the agent's code in the agent's own
+    container, as a user the agent's code can act as. The probes find that (docs/spec.md)."""
+    report = validate(runtime, jobs=1, probes="quick", tasks=["fix_calc"])
+    beaten = report.beaten()
+    assert not report.ok and {"exit-zero", "always-equal"} <= set(beaten), report.to_dict()["probes"]
+    assert all(tasks == ["fix_calc"] for tasks in beaten.values())
+    held = set(report.probes_run) - set(beaten)
+    assert {"fake-reward-answer", "disabled-tools"} <= held  # nothing to gain from the answer or missing tools
+    assert set(report.probes_skipped) == {"path-escape", "off-origin"}
+
+
 def test_validate_cli_says_not_reproducible_and_check_recorded_compares(imported):
     env_dir, _ = imported
-    proc = envkit("validate", str(env_dir))
+    proc = envkit("validate", str(env_dir), "--probes", "none")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "not reproducible" in proc.stdout and "PASS: 10/10" in proc.stdout
     assert envkit("build", str(env_dir), "--check-recorded").returncode == 0  # the cached rebuild gives the same IDs
@@ -190,7 +202,7 @@ def test_a_repo_environment_exports_to_harbor_and_comes_back_valid(client, tmp_p
     assert proc.returncode == 0, proc.stderr
     runtime = EnvRuntime(load_environment(tmp_path / "e1"), client=client)
     runtime.backend.labels.update(TEST_LABEL)
-    report = validate(runtime, jobs=2)
+    report = validate(runtime, jobs=2, probes="none")
     assert report.ok and len(report.tasks) == 13, [(t.task_id, t.problems) for t in report.tasks if not t.ok]
     native = EnvRuntime(load_environment(ROOT / "environments" / "pyfix"), client=client)
     head = "git rev-parse HEAD; id -un"

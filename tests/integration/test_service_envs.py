@@ -51,6 +51,10 @@ def test_validate_supportdesk_via_cli():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and len(report["tasks"]) >= 15 and report["determinism"]["ok"]
+    probes = report["probes"]  # the default set, played on every task: none beat any
+    assert probes["set"] == "quick" and probes["beaten"] == {} and "path-escape" in probes["run"]
+    assert probes["skipped"]["always-equal"] == "the environment offers no bash tool"
+    assert all(len(t["probes"]) == len(probes["run"]) for t in report["tasks"])
 
 
 def test_reset_restores_the_database_exactly_without_a_new_container(desk):

@@ -92,3 +92,8 @@ def test_scaffold_is_a_valid_environment(tmp_path: Path):
 
     env = load_environment(tmp_path / "mine")
     assert env.ref == "team/mine@0.1.0" and [t.id for t in env.tasks] == ["fix-clamp", "add-mean"]
+
+
+def test_validate_refuses_an_unknown_probe_set_or_task_before_starting(pyfix_copy: Path):
+    assert_user_error(envkit("validate", str(pyfix_copy), "--probes", "some"), "not a probe set", "none, quick, all")
+    assert_user_error(envkit("validate", str(pyfix_copy), "--task", "fix-medain"), "fix-median")
