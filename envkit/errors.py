@@ -23,12 +23,16 @@ The attribution rule (the one every classifier in envkit follows):
 * What the model's own actions caused *inside the spec's limits* is a **model** failure:
   its command ran past ``command_timeout_s``, its process was OOM-killed at the spec's
   ``memory_mb``, it hit the spec's ``pids`` limit, it ran past ``episode_timeout_s``, it
-  emitted an action that does not parse, it ran out of turns or tokens.
+  emitted an action that does not parse, it ran out of turns or tokens, its code ran past its
+  time while the verifier called it (``code_timeout``).
 * What the model could not have caused is an **infra** failure: the Docker daemon erred,
   the container never started or vanished, an exec transport error, a reset that was not
   deterministic, an inference server that did not answer.
-* A verifier that crashes or prints no reward is a **verifier** failure; callers decide
-  whether the model could have caused it (by default it is treated like infra: excluded).
+* A verifier that times out, crashes or prints no reward on the agent's state is asked again
+  on the seeded state of a fresh sandbox (counterfactual attribution, :mod:`envkit.runtime`):
+  if it works there, the agent's state caused it, a **model** failure of the same kind
+  (``verifier_timeout``, ``verifier_crash``, ``bad_output``) with reward 0; if it fails there
+  too, a **verifier** failure (the environment's: excluded, like infra).
 """
 
 from __future__ import annotations
@@ -193,13 +197,14 @@ class InfraFailure(EpisodeFailure):
 class ModelFailure(EpisodeFailure):
     """Caused by the model's own actions inside the spec's limits. Kinds include
     ``command_timeout``, ``oom``, ``pids_limit``, ``episode_timeout``,
-    ``turn_limit``, ``unparseable_action``."""
+    ``turn_limit``, ``unparseable_action``, ``code_timeout``, and the verifier kinds when the
+    agent's state broke the verifier."""
 
     category = FailureCategory.MODEL
 
 
 class VerifierFailure(EpisodeFailure):
-    """The verifier crashed, timed out or printed no reward. Kinds include
-    ``verifier_crash``, ``verifier_timeout``, ``bad_output``."""
+    """The verifier crashed, timed out or printed no reward, on the seeded state as well (the
+    environment's fault). Kinds include ``verifier_crash``, ``verifier_timeout``, ``bad_output``."""
 
     category = FailureCategory.VERIFIER

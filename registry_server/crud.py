@@ -18,7 +18,15 @@ from registry_server.bundles import ReceivedBundle
 from registry_server.db import begin_write
 from registry_server.errors import RegistryError
 from registry_server.models import Blob, Environment, HealthReport, Namespace, Token, TokenScope, User, Version, utcnow
-from registry_server.schemas import EnvironmentDetail, EnvironmentPublic, HealthSummary, TokenPublic, VersionDetail, VersionPublic
+from registry_server.schemas import (
+    EnvironmentDetail,
+    EnvironmentPublic,
+    HealthSummary,
+    ProbeSummary,
+    TokenPublic,
+    VersionDetail,
+    VersionPublic,
+)
 from registry_server.storage import BlobStore
 
 
@@ -238,11 +246,13 @@ def health_summary(version: Version) -> HealthSummary:
         total = sum(w for _, w in pairs)
         return round(sum(v * w for v, w in pairs) / total, 4) if total else None
 
+    probed = max((r for r in reports if r.probes), key=lambda r: r.id, default=None)  # the newest report with probes
     return HealthSummary(
         reports=len(reports), episodes=episodes, infra_failures=infra,
         infra_failure_rate=round(sum(infra.values()) / episodes, 4), model_failures=model,
         model_failure_rate=round(model / episodes, 4), oracle_pass_rate=weighted("oracle_pass_rate"),
         p50_episode_s=weighted("p50_episode_s"), p95_episode_s=weighted("p95_episode_s"),
+        probes=ProbeSummary(**(probed.probes or {}), reported_at=probed.created_at) if probed is not None else None,
     )
 
 

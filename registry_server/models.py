@@ -117,5 +117,6 @@ class HealthReport(Base):
     oracle_pass_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
     p50_episode_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     p95_episode_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    probes: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # hack-probe results (validate --probes)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     version: Mapped[Version] = relationship(back_populates="health")

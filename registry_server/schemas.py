@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,6 +22,26 @@ class Page(BaseModel, Generic[T]):
     count: int
 
 
+ProbeName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$")]
+TaskId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+
+
+class ProbeFigures(BaseModel):
+    """What `envkit validate --probes` found: the probes that beat a task (and which tasks),
+    the ones that did not apply (and why), over how many tasks and probe episodes."""
+
+    model_config = ConfigDict(extra="forbid")
+    set: Literal["quick", "all"]
+    tasks: Count
+    episodes: Count
+    beaten: dict[ProbeName, list[TaskId]] = Field(default_factory=dict, max_length=100)
+    skipped: dict[ProbeName, Annotated[str, Field(max_length=300, pattern=NO_NUL)]] = Field(default_factory=dict, max_length=100)
+
+
+class ProbeSummary(ProbeFigures):
+    reported_at: dt.datetime
+
+
 class HealthSummary(BaseModel):
     reports: int = 0
     episodes: int = 0
@@ -32,6 +52,7 @@ class HealthSummary(BaseModel):
     oracle_pass_rate: float | None = None
     p50_episode_s: float | None = None
     p95_episode_s: float | None = None
+    probes: ProbeSummary | None = Field(default=None, description="the newest report's hack-probe results")
 
 
 class VersionPublic(BaseModel):
@@ -114,3 +135,4 @@ class HealthCreate(BaseModel):
     oracle_pass_rate: float | None = Field(default=None, ge=0, le=1)
     p50_episode_s: float | None = Field(default=None, ge=0, le=1e7)
     p95_episode_s: float | None = Field(default=None, ge=0, le=1e7)
+    probes: ProbeFigures | None = None

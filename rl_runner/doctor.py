@@ -1,15 +1,23 @@
 """`envkit doctor RUN_DIR`: the readiness checks a team should pass before scaling, each
-measured from a run (``envkit train`` writes everything they need) and judged against a
-stated threshold.
+measured from a run (``envkit train`` writes everything they need) and graded ok / warn / fail
+against stated thresholds.
 
-| check | measured as | ok when |
-|---|---|---|
-| batch readiness | time to trainable batch p50/p90; share of the run's wall time the trainer waited for batches | wait share ≤ 50% |
-| policy freshness | per-sample staleness KL (k3) p90, max version lag, share of samples refused by KL admission | ≤ 10% refused |
-| numerical alignment | vLLM vs trainer at equal versions: KL and max abs log-prob difference | KL ≤ 1e-3 |
-| environment reliability | infra failures (excluded after retries) per env version | ≤ 1% for every version |
-| weight publication | publication time p50/max; every probe token reports the version just published | round trip ok every step |
-| evaluation precision | 95% CI half-width of the final eval reward at its sample size | half-width ≤ 0.05 |
+* **batch readiness**: share of the run's wall time the trainer waited for batches (TTB
+  p50/p90 shown). ok ≤ 50%, warn ≤ 80%, fail above.
+* **policy freshness**: per-sample staleness KL (k3) p90 at its worst step, against the
+  admission bound ``kl_max`` (0.05 in sync mode), and the share of samples refused as stale.
+  ok: KL ≤ bound and ≤ 10% refused; warn: KL ≤ 2× bound and ≤ 30% refused; fail beyond.
+* **numerical alignment**: vLLM vs trainer at equal versions, KL at its worst step (max abs
+  log-prob difference shown). ok ≤ 1e-3, warn ≤ 1e-2, fail above.
+* **environment reliability**: *first-attempt* infra and verifier failures per environment
+  version, retried ones included (a retry that succeeded still cost a sandbox and a wait).
+  ok ≤ 1% for every version, warn ≤ 5%, fail above.
+* **weight publication**: publication time p50/max; every probe token reports the version just
+  published. ok every step; warn when a step served another version; fail when a round trip failed.
+* **evaluation precision**: 95% CI half-width of the final eval reward at its sample size.
+  ok ≤ 0.05, warn ≤ 0.10, fail above.
+
+Each check is a function of numbers (``grade_*``), so its thresholds are pinned by unit tests.
 """
 
 from __future__ import annotations
@@ -21,7 +29,10 @@ from typing import Any
 from envkit.bench import percentile
 from rl_runner.report import _get, load_run
 
-__all__ = ["Check", "run_checks"]
+__all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval", "grade_freshness",
+           "grade_publication", "grade_reliability", "run_checks"]
+
+SYNC_KL_BOUND = 0.05
 
 
 @dataclass
@@ -29,7 +40,7 @@ class Check:
     name: str
     measured: str
     threshold: str
-    status: str  # ok | warn | n/a
+    status: str  # ok | warn | fail | n/a
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,6 +48,56 @@ class Check:
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "–" if x is None else format(x, spec)
+
+
+def grade(value: float | None, ok: float, warn: float) -> str:
+    """ok when ``value`` ≤ ok, warn when ≤ warn, else fail; n/a when nothing was measured."""
+    if value is None:
+        return "n/a"
+    return "ok" if value <= ok else ("warn" if value <= warn else "fail")
+
+
+def grade_batch(wait_share: float | None) -> str:
+    return grade(wait_share, 0.5, 0.8)
+
+
+def grade_freshness(kl_p90: float | None, refused_share: float, bound: float) -> str:
+    if kl_p90 is None:
+        return "n/a"
+    kl, refused = grade(kl_p90, bound, 2 * bound), grade(refused_share, 0.10, 0.30)
+    return max(kl, refused, key=("ok", "warn", "fail").index)
+
+
+def grade_alignment(kl: float | None) -> str:
+    return grade(kl, 1e-3, 1e-2)
+
+
+def grade_reliability(worst_rate: float | None) -> str:
+    return grade(worst_rate, 0.01, 0.05)
+
+
+def grade_publication(round_trips: list[bool], served_ok: bool) -> str:
+    if not round_trips:
+        return "n/a"
+    if not all(round_trips):
+        return "fail"
+    return "ok" if served_ok else "warn"
+
+
+def grade_eval(half_width: float | None) -> str:
+    return grade(half_width, 0.05, 0.10)
+
+
+def environment_reliability(metrics: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """env version -> (episodes, episodes whose first attempt failed as infra or verifier).
+    Runs written before first attempts were counted give their excluded infra failures."""
+    out: dict[str, list[int]] = {}
+    for m in metrics:
+        for key, row in (_get(m, "failures.by_env_version") or {}).items():
+            acc = out.setdefault(key, [0, 0])
+            acc[0] += int(row["episodes"])
+            acc[1] += int(row.get("first_attempt_failures", row.get("infra_failures", 0)))
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def run_checks(run_dir: Path) -> list[Check]:
@@ -47,48 +108,43 @@ def run_checks(run_dir: Path) -> list[Check]:
     busy = sum(float(_get(m, "train.train_s") or 0) + float(_get(m, "publish.total_s") or 0) for m in metrics)
     wait = sum(ttb) / max(1e-9, sum(ttb) + busy)
     checks.append(Check("batch readiness", f"TTB p50 {_fmt(percentile(ttb, 50))} s, p90 {_fmt(percentile(ttb, 90))} s; "
-                        f"trainer waited {wait:.0%} of the time", "wait share ≤ 50%", "ok" if wait <= 0.5 else "warn"))
+                        f"trainer waited {wait:.0%} of the time", "wait share ≤ 50% (fail > 80%)", grade_batch(wait)))
 
     kl_p90 = [float(x) for m in metrics if (x := _get(m, "staleness.kl.p90")) is not None]
-    kl_max_cfg = next((float(x) for m in metrics if (x := _get(m, "staleness.kl_max")) is not None), 0.05)
+    bound = next((float(x) for m in metrics if (x := _get(m, "staleness.kl_max")) is not None), SYNC_KL_BOUND)
     lags = [int(k) for m in metrics for k in (_get(m, "staleness.lag") or {})]
     rejected = sum(int(_get(m, "staleness.rejected") or 0) for m in metrics)
     worst = max(kl_p90) if kl_p90 else None
     total = sum(int(_get(m, "staleness.admitted") or 0) + int(_get(m, "staleness.rejected") or 0) for m in metrics)
     share = rejected / max(1, total)
-    checks.append(Check("policy freshness", f"staleness KL p90 up to {_fmt(worst)}, max lag {max(lags, default=0)}; "
-                        f"{rejected}/{total} samples ({share:.0%}) refused above KL {kl_max_cfg:g}",
-                        "≤ 10% refused as stale", "n/a" if worst is None else ("ok" if share <= 0.10 else "warn")))
+    checks.append(Check("policy freshness", f"staleness KL p90 up to {_fmt(worst)} (bound {bound:g}), max lag {max(lags, default=0)}; "
+                        f"{rejected}/{total} samples ({share:.0%}) refused as stale",
+                        f"KL p90 ≤ {bound:g} and ≤ 10% refused (fail beyond 2× / 30%)", grade_freshness(worst, share, bound)))
 
     mm = [float(x) for m in metrics if (x := _get(m, "mismatch.kl")) is not None]
     mx = [float(x) for m in metrics if (x := _get(m, "mismatch.max_abs")) is not None]
     checks.append(Check("numerical alignment", f"KL {_fmt(min(mm) if mm else None)}–{_fmt(max(mm) if mm else None)}, "
-                        f"max |Δ log-prob| {_fmt(max(mx) if mx else None)}", "KL ≤ 1e-3",
-                        "n/a" if not mm else ("ok" if max(mm) <= 1e-3 else "warn")))
+                        f"max |Δ log-prob| {_fmt(max(mx) if mx else None)}", "KL ≤ 1e-3 (fail > 1e-2)",
+                        grade_alignment(max(mm) if mm else None)))
 
-    by_version: dict[str, list[int]] = {}
-    for m in metrics:
-        for key, row in (_get(m, "failures.by_env_version") or {}).items():
-            acc = by_version.setdefault(key, [0, 0])
-            acc[0] += int(row["episodes"])
-            acc[1] += int(row["infra_failures"])
-    rates = {k: v[1] / max(1, v[0]) for k, v in by_version.items()}
-    text = "; ".join(f"{k}: {v[1]}/{v[0]} ({rates[k]:.1%})" for k, v in sorted(by_version.items())) or "no episodes"
-    checks.append(Check("environment reliability", f"infra failures {text}", "≤ 1% per env version",
-                        "n/a" if not rates else ("ok" if max(rates.values()) <= 0.01 else "warn")))
+    by_version = environment_reliability(metrics)
+    rates = {k: failed / max(1, n) for k, (n, failed) in by_version.items()}
+    text = "; ".join(f"{k}: {failed}/{n} ({rates[k]:.1%})" for k, (n, failed) in sorted(by_version.items())) or "no episodes"
+    checks.append(Check("environment reliability", f"first attempts failed (infra or verifier, retried ones included) {text}",
+                        "≤ 1% per env version (fail > 5%)", grade_reliability(max(rates.values()) if rates else None)))
 
     pub = [float(x) for m in metrics if (x := _get(m, "publish.total_s")) is not None]
     trips = [bool(x) for m in metrics if (x := _get(m, "mismatch.round_trip_ok")) is not None]
     served = all(str(_get(m, "publish.served_version")) == str(m.get("version")) for m in metrics)
     checks.append(Check("weight publication", f"{_fmt(percentile(pub, 50) if pub else None)} s p50, {_fmt(max(pub) if pub else None)} s max; "
                         f"version round trip {sum(trips)}/{len(trips)} steps" + ("" if served else "; served version differed"),
-                        "round trip ok every step", "n/a" if not trips else ("ok" if all(trips) and served else "warn")))
+                        "round trip ok every step", grade_publication(trips, served)))
 
     if ev and ev.get("half_width") is not None:
         hw = float(ev["half_width"])
         need = ev.get("episodes_for_half_width_0.05")
         checks.append(Check("evaluation precision", f"reward {ev['mean']:.3f}, 95% CI ±{hw:.3f} at n={ev['scored']}"
-                            + (f"; ~{need} episodes for ±0.05" if need else ""), "half-width ≤ 0.05", "ok" if hw <= 0.05 else "warn"))
+                            + (f"; ~{need} episodes for ±0.05" if need else ""), "half-width ≤ 0.05 (fail > 0.10)", grade_eval(hw)))
     else:
         checks.append(Check("evaluation precision", "no evaluation in this run (eval.episodes: 0)", "half-width ≤ 0.05", "n/a"))
     return checks

@@ -36,7 +36,7 @@ def print_doctor(run_dir: Path) -> list[dict[str, Any]]:
     table = Table(title=f"envkit doctor {run_dir}")
     for col in ("check", "measured", "ok when", "status"):
         table.add_column(col)
-    colour = {"ok": "green", "warn": "yellow", "n/a": "dim"}
+    colour = {"ok": "green", "warn": "yellow", "fail": "red", "n/a": "dim"}
     for c in checks:
         table.add_row(c.name, c.measured, c.threshold, f"[{colour[c.status]}]{c.status}[/]")
     console.print(table)

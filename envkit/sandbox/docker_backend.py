@@ -19,10 +19,19 @@ Covered (each has an adversarial test in ``tests/integration/test_sandbox_advers
   filling them fails with ENOSPC inside the sandbox and never touches the host's disk.
 * **Network**: ``network = "none"`` (the default) gives the container only a loopback
   interface: no egress, no route to the host or other sandboxes.
-* **Privilege**: the agent is uid 1000, all capabilities are dropped, ``no-new-privileges``
-  is set, the Docker socket is never mounted, and nothing from the host is mounted except
-  what the spec declares (nothing, in spec version 1). Hidden files (tasks, oracles,
-  tests under ``/env``) belong to the verifier user (uid 1001, mode 0700).
+* **Privilege**: the agent is uid 1000 and holds no capability (nor do the verifier and
+  service users); ``no-new-privileges`` is set, the Docker socket is never mounted, and
+  nothing from the host is mounted except what the spec declares (nothing, in spec version
+  1). Hidden files (tasks, oracles, tests under ``/env``) belong to the verifier user (uid
+  1001, mode 0700); the agent's own (``/workspace``, ``/home/agent``) are 0700. Root holds
+  only CAP_KILL, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_CHOWN, CAP_SETUID and CAP_SETGID, and only
+  envkit's helpers run as root (resets, hashes).
+* **The verifier**: the agent's code never runs as the verifier user nor in the process that
+  decides the reward; hidden tests reach it through the call server (envkit_check), as the
+  agent, and get data back (docs/spec.md, "Verifiers").
+* **Leftovers**: a reset kills every process of the agent and verifier users, wipes every
+  place they can write (``/workspace``, ``/tmp``, ``/home/agent``, ``/dev/shm``,
+  ``/dev/mqueue``) and removes their System V IPC objects; the state hash lists anything left.
 * **Other sandboxes**: each sandbox has its own cgroup limits, PID, IPC, mount and network
   namespaces; the adversarial tests check that a neighbour keeps working.
 
@@ -35,10 +44,10 @@ Not covered:
   and side channels.
 * ``network = "bridge"`` gives the sandbox ordinary outbound access: use it only for
   environments that need it.
-* The verifier runs the agent's code (tests import it) as uid 1001: code that tampers with
-  the test process itself can change its reward. The verifier runs from a copy of the hidden
-  tests with ``--noconftest`` and an isolated interpreter, which stops the usual tricks,
-  not every one.
+* A service's own files and memory (it keeps running across resets; its database is
+  restored): the environment's responsibility.
+* A verifier command of the environment's own that runs or trusts what the agent wrote
+  (docs/spec.md says what each verifier kind guarantees).
 """
 
 from __future__ import annotations

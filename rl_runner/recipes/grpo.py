@@ -216,10 +216,12 @@ def _failure_rates(trajs: list[Trajectory]) -> dict[str, Any]:
     by_env: dict[str, dict[str, int]] = {}
     for t in trajs:
         key = f"{t.env_ref} {t.image_digest[:19]}"
-        row = by_env.setdefault(key, {"episodes": 0, "infra_failures": 0, "retries": 0})
+        row = by_env.setdefault(key, {"episodes": 0, "infra_failures": 0, "retries": 0, "first_attempt_failures": 0})
         row["episodes"] += 1
         row["retries"] += t.retries
         row["infra_failures"] += int(t.excluded and t.outcome.startswith("infra_failure"))
+        # the first attempt failed as infra or verifier, whether a retry then succeeded or not
+        row["first_attempt_failures"] += int(bool(t.attempts) or t.outcome.startswith(("infra_failure", "verifier_failure")))
     return {"infra": sum(t.excluded for t in trajs) / n, "retried": sum(t.retries > 0 for t in trajs) / n,
             "model": kinds.get("model_failure", 0) / n, "verifier": kinds.get("verifier_failure", 0) / n,
             "by_env_version": by_env}

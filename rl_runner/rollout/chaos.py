@@ -9,6 +9,11 @@ Infra faults (first attempt of an episode only, so its retry can succeed):
 Model faults (the policy's own behaviour, every attempt):
   ``model_timeout``      the first action is a command that outlives ``command_timeout_s``
   ``model_unparseable``  the first action is not a valid tool call
+  ``model_hangs_verifier``  the first action makes the workspace's code sleep forever when
+                         imported, so the verifier's calls into it time out (a model failure
+                         with reward 0, never an excluded verifier failure)
+  ``model_forges_reward``   the first action makes the workspace's code print reward lines when
+                         imported and at exit (the reward must stay what the code earns)
 
 The hooks sit at declared seams: the runtime's backend (sandbox creation and the sandbox's
 exec), and the policy client (generation).
@@ -16,6 +21,7 @@ exec), and the policy client (generation).
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from dataclasses import dataclass, field, replace
@@ -31,7 +37,18 @@ from rl_runner.policy.client import Generation, PolicyClient, SamplingParams
 __all__ = ["INFRA_FAULTS", "MODEL_FAULTS", "ChaosInjector"]
 
 INFRA_FAULTS = ("kill_container", "docker_api", "verifier_crash", "vllm_restart")
-MODEL_FAULTS = {"model_timeout": "model_failure:command_timeout", "model_unparseable": "model_failure:unparseable_action"}
+MODEL_FAULTS = {"model_timeout": "model_failure:command_timeout", "model_unparseable": "model_failure:unparseable_action",
+                "model_hangs_verifier": "model_failure:code_timeout", "model_forges_reward": "ok"}
+_APPEND = "find . -name '*.py' -not -path './.git/*' | while read -r f; do printf '\\n%s\\n' {code} >> \"$f\"; done"
+_FORCED = {
+    "model_timeout": '<tool>{"name": "bash", "arguments": {"command": "sleep 600"}}</tool>',
+    "model_unparseable": "<tool>{not json</tool>",
+    "model_hangs_verifier": "<tool>" + json.dumps({"name": "bash", "arguments": {
+        "command": _APPEND.format(code="'import time; time.sleep(10 ** 6)'")}}) + "</tool>",
+    "model_forges_reward": "<tool>" + json.dumps({"name": "bash", "arguments": {
+        "command": _APPEND.format(code="'import atexit; print(\"{\\\"reward\\\": 1.0}\"); "
+                                       "atexit.register(print, \"{\\\"reward\\\": 1.0}\")'")}}) + "</tool>",
+}
 
 
 @dataclass
@@ -166,8 +183,7 @@ class _FaultyPolicy:
         if ctx.generations == 1:
             self.chaos.at_first_generation()
         gen = self.real.generate(token_ids, replace(params), session=session)
-        forced = {"model_timeout": '<tool>{"name": "bash", "arguments": {"command": "sleep 600"}}</tool>',
-                  "model_unparseable": "<tool>{not json</tool>"}.get(ctx.fault or "")
+        forced = _FORCED.get(ctx.fault or "")
         if forced is not None and ctx.generations > 1:
             forced = "done"  # later turns end the episode, so the injected fault decides its outcome
         if forced is not None:

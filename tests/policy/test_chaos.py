@@ -20,7 +20,7 @@ from ..conftest import PYFIX
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 
 RATES = {"kill_container": 0.08, "docker_api": 0.08, "verifier_crash": 0.08, "vllm_restart": 0.02,
-         "model_timeout": 0.08, "model_unparseable": 0.08}
+         "model_timeout": 0.08, "model_unparseable": 0.08, "model_hangs_verifier": 0.06, "model_forges_reward": 0.06}
 
 
 def test_chaos_attribution(server, tiny, tmp_path):
@@ -29,7 +29,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
     env_dir = tmp_path / "pyfix"
     shutil.copytree(PYFIX, env_dir, ignore=shutil.ignore_patterns("envkit.lock"))
     spec = env_dir / "envkit.toml"
-    spec.write_text(spec.read_text().replace("command_timeout_s = 60", "command_timeout_s = 2"))
+    spec.write_text(spec.read_text().replace("command_timeout_s = 60", "command_timeout_s = 2")
+                    .replace("--tests /env/verify/tests", "--tests /env/verify/tests --call-timeout 3"))
     runtime = EnvRuntime(load_environment(env_dir))
     tokenizer = AutoTokenizer.from_pretrained(tiny)
     chaos = ChaosInjector(seed=7, rates=RATES, server=server)
@@ -47,7 +48,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
     injected = {(i, a): f for i, a, f in chaos.ledger}
     kinds = Counter(f for f in injected.values())
     outage = "vllm_restart" in kinds  # an outage fails other in-flight episodes too: infra, and retried
-    assert all(kinds[f] >= 1 for f in ("kill_container", "docker_api", "verifier_crash", "model_timeout", "model_unparseable")), kinds
+    assert all(kinds[f] >= 1 for f in ("kill_container", "docker_api", "verifier_crash", "model_timeout", "model_unparseable",
+                                       "model_hangs_verifier", "model_forges_reward")), kinds
 
     for (i, attempt), fault in injected.items():
         t = trajs[i]
@@ -57,6 +59,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
         else:  # model faults keep their reward and are never taken for infra
             assert t.outcome == MODEL_FAULTS[fault], (i, fault, t.outcome, t.evidence)
             assert t.reward is not None and not t.excluded, (i, fault, t.attempts)
+            if fault in ("model_hangs_verifier", "model_forges_reward"):  # neither dodges nor forges: the seeded bugs earn 0
+                assert t.reward == 0.0, (i, fault, t.reward, t.evidence)
             assert all(outage and a == "infra_failure:inference_unavailable" for a in t.attempts), (i, fault, t.attempts)
     # precision: no episode without an injected fault was attributed to infra, unless it was
     # caught in the inference outage a vllm_restart caused (which is infra too)

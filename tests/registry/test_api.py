@@ -147,6 +147,26 @@ def test_health_reports_are_aggregated(registry, tmp_path):
     assert h["infra_failures"] == {"sandbox_start": 3, "container_lost": 3} and h["infra_failure_rate"] == 0.015
     assert h["model_failures"] == 40 and h["model_failure_rate"] == 0.1
     assert h["oracle_pass_rate"] == 0.625 and h["p50_episode_s"] == 3.5 and h["p95_episode_s"] == 9.0
+    assert h["probes"] is None  # no report carried probe results yet
+
+
+def test_health_reports_carry_probe_results_and_the_newest_is_shown(registry, tmp_path):
+    url = "/environments/envkit/pyfix/versions/1.0.0/health"
+    first = {"set": "all", "tasks": 13, "episodes": 195, "beaten": {"exit-zero": ["fix-median", "fix-slugify"]},
+             "skipped": {"off-origin": "the environment offers no browser tool"}}
+    with registry.client(registry.token) as c:
+        put(c, make_pyfix_bundle(tmp_path))
+        c.post(url, json={"episodes": 26, "probes": first}).raise_for_status()
+        r = c.post(url, json={"episodes": 26, "probes": {**first, "set": "quick", "episodes": 156, "beaten": {}}})
+        assert r.status_code == 201 and r.json()["probes"]["set"] == "quick" and r.json()["probes"]["beaten"] == {}
+        c.post(url, json={"episodes": 26}).raise_for_status()  # a report without probes keeps the last results
+        for bad in ({**first, "set": "most"}, {**first, "beaten": {"Exit Zero!": ["t"]}}, {**first, "beaten": {"x": ["../t"]}},
+                    {**first, "extra": 1}, {**first, "tasks": -1}):
+            assert_error(c.post(url, json={"episodes": 1, "probes": bad}), 422, "invalid")
+    with registry.client() as anon:
+        h = anon.get("/environments/envkit/pyfix/versions/1.0.0").json()["health"]
+    assert h["reports"] == 3 and h["probes"]["set"] == "quick" and h["probes"]["episodes"] == 156
+    assert h["probes"]["skipped"] == {"off-origin": "the environment offers no browser tool"} and h["probes"]["reported_at"]
 
 
 def test_errors_have_one_shape(registry):

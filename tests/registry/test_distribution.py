@@ -102,14 +102,18 @@ def test_publish_without_rights(registry, cli_env, tmp_path):
 def test_validate_reports_health_to_the_registry(registry, cli_env, tmp_path):
     folder = unique_pyfix(tmp_path, "reported")
     assert envkit(cli_env, "publish", str(folder)).returncode == 0
-    proc = envkit(cli_env, "validate", "envkit/reported@1.0.0", "--report", cwd=tmp_path)
+    proc = envkit(cli_env, "validate", "envkit/reported@1.0.0", "--report", "--task", "fix-median", "--task", "fix-slugify",
+                  cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reported to" in proc.stdout
     with registry.client() as anon:
         health = anon.get("/environments/envkit/reported/versions/1.0.0").json()["health"]
-    assert health["reports"] == 1 and health["episodes"] == 26
+    assert health["reports"] == 1 and health["episodes"] == 4
     assert health["oracle_pass_rate"] == 1.0 and health["infra_failures"] == {} and health["model_failures"] == 0
     assert 0 < health["p50_episode_s"] <= health["p95_episode_s"]
+    probes = health["probes"]  # the default probes' results travel with the report
+    assert probes["set"] == "quick" and probes["tasks"] == 2 and probes["beaten"] == {} and probes["episodes"] >= 20
+    assert probes["skipped"]["path-escape"] == "the environment offers no http tool"
 
 
 def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_path):

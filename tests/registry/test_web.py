@@ -25,7 +25,9 @@ def seeded(registry, tmp_path):
         c.post("/environments/envkit/alpha/versions/1.0.0/deprecate", json={"successor": "envkit/alpha@1.2.0"}).raise_for_status()
         c.post("/environments/envkit/alpha/versions/1.0.0/health",
                json={"episodes": 64, "infra_failures": {"sandbox_start": 2}, "model_failures": 8,
-                     "oracle_pass_rate": 1.0, "p50_episode_s": 3.2, "p95_episode_s": 9.5}).raise_for_status()
+                     "oracle_pass_rate": 1.0, "p50_episode_s": 3.2, "p95_episode_s": 9.5,
+                     "probes": {"set": "quick", "tasks": 13, "episodes": 156, "beaten": {"exit-zero": ["fix-median"]},
+                                "skipped": {"off-origin": "the environment offers no browser tool"}}}).raise_for_status()
     return registry
 
 
@@ -54,6 +56,9 @@ def test_list_search_click_through(seeded):
             expect(versions.nth(1)).to_contain_text("64 episodes")
             expect(versions.nth(1)).to_contain_text("infra failures 3.1%")
             expect(versions.nth(1)).to_contain_text("oracle pass 100%")
+            expect(versions.nth(1).locator(".probes")).to_contain_text("hack probes (quick): 156 episodes on 13 tasks")
+            expect(versions.nth(1).locator(".beaten")).to_have_text("exit-zero beat fix-median")
+            expect(versions.nth(1).locator(".probes")).to_contain_text("skipped: off-origin")
             expect(page.locator("body")).to_contain_text("13 tasks")
             page.goto(seeded.url + "/e/envkit/nope")
             expect(page.locator("h1")).to_have_text("Not found")
