@@ -3,6 +3,7 @@
 * ``oracle``: runs the task's reference solution (its ``oracle`` script) in the workspace.
 * ``null``: does nothing; a sound task must give it reward 0.
 * ``shell:CMD``: runs CMD once, as the agent.
+* ``probe:NAME``: plays one of ``envkit validate``'s hack probes (:mod:`envkit.probes`).
 
 Model-driven agents (vLLM) live in ``rl_runner``; they drive the same :class:`Episode`.
 """
@@ -87,7 +88,15 @@ def parse_agent(text: str) -> Agent:
         return NullAgent()
     if text.startswith("shell:") and text[len("shell:"):].strip():
         return ShellAgent(text[len("shell:"):])
-    raise UserError(f"`{text}` is not an agent", "use --agent oracle, --agent null or --agent 'shell:COMMAND'")
+    if text.startswith("probe:"):
+        from envkit.probes import PROBES, ProbeAgent
+
+        probes = {p.name: p for p in PROBES}
+        if text[len("probe:"):] in probes:
+            return ProbeAgent(probes[text[len("probe:"):]])
+        raise UserError(f"`{text}` names no probe", f"choose one of: {', '.join(probes)}")
+    raise UserError(f"`{text}` is not an agent",
+                    "use --agent oracle, --agent null, --agent 'shell:COMMAND' or --agent probe:NAME (envkit validate's probes)")
 
 
 def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None = None) -> EpisodeResult:

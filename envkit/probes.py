@@ -368,7 +368,7 @@ def skipped(probes: list[Probe], tools: list[str]) -> dict[str, str]:
 
 
 class ProbeAgent:
-    """A probe played as an agent (``envkit run --agent probe:NAME`` works too)."""
+    """A probe played as an agent (``envkit run ENV --task T --agent probe:NAME`` plays one)."""
 
     def __init__(self, probe: Probe, marker: str | None = None) -> None:
         self.probe = probe

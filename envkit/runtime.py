@@ -264,6 +264,10 @@ class Episode:
             verdict = self._verify_on(self.sandbox, self.answer_text)
         except VerifierFailure as failure:
             verdict = self._counterfactual(failure)
+        except ModelFailure as failure:  # the agent's state left no room to start the verifier (pids)
+            self.verify_failure = failure
+            verdict = VerifyResult(reward=0.0, details={"reward": 0.0, "attribution": "model", **failure.evidence},
+                                   duration_s=round(time.monotonic() - t0, 4))
         self.timings["verify_s"] = round(time.monotonic() - t0, 4)
         return verdict
 
@@ -282,7 +286,8 @@ class Episode:
             "ENVKIT_WORKSPACE": "/workspace",
         }
         if self.spec.state.repo is not None:
-            env["ENVKIT_CALLS"] = sandbox.start_agent_calls()
+            env["ENVKIT_CALLS"] = (sandbox.start_agent_calls() if self.spec.verifier.calls
+                                   else "unavailable: envkit.toml says [verifier] calls = false")
         if answer is not None:
             env["ENVKIT_ANSWER"] = answer
         vspec = self.spec.verifier

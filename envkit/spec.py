@@ -160,6 +160,10 @@ class TasksSection(_Strict):
 class VerifierSection(_Strict):
     command: str = Field(min_length=1)
     timeout_s: float = Field(default=120, gt=0, le=3600)
+    # Start the agent's call server for each verification (repository environments), through
+    # which hidden tests call the agent's code (envkit_check). False for a verifier that never
+    # runs it (one that grades the answer): saves one exec per episode.
+    calls: bool = True
 
 
 class LimitsSection(_Strict):

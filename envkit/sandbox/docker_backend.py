@@ -381,11 +381,11 @@ class DockerSandbox:
         t0 = time.monotonic()
         parts, commit, extra = [], "", {}
         if self.has_repo:
-            data = self._helper(["reset", str(int(seed))], user=ROOT)
+            data = self._root_helper(["reset", str(int(seed))])
             parts.append(data["state_hash"])
             commit = data.get("commit", "")
         elif self.scrub:  # no repository, but the agent runs commands: scrub what they left
-            left = self._helper(["scrub"], user=ROOT)["leftovers"]
+            left = self._root_helper(["scrub"])["leftovers"]
             parts.append("sha256:" + hashlib.sha256("\n".join(left).encode()).hexdigest())
         if self.has_service:
             data = self._service_call(["service-reset", str(int(seed))])
@@ -396,6 +396,22 @@ class DockerSandbox:
                              seconds=round(time.monotonic() - t0, 4), extra=extra)
         self.last_reset = result
         return result
+
+    def _root_helper(self, args: list[str]) -> dict[str, Any]:
+        """A reset step as root. Processes an earlier episode left may fill the pids limit so
+        that no exec can start: that is never the next episode's doing, so the limit is lifted
+        for the reset (which kills them) and restored."""
+        try:
+            return self._helper(args, user=ROOT)
+        except ModelFailure:
+            self._raise_pids_limit_briefly()
+            try:
+                return self._helper(args, user=ROOT)
+            except ModelFailure as e:
+                raise InfraFailure("reset_failed", "the reset could not start a process", container=self.id,
+                                   error=e.message) from None
+            finally:
+                self.restore_limits()
 
     def _service_call(self, args: list[str]) -> dict[str, Any]:
         """Run a service-user helper command through the sandbox's long-lived channel (opened

@@ -162,6 +162,15 @@ def test_validate_fails_when_an_oracle_is_wrong(pyfix_copy):
     assert "FAIL" in proc.stdout and "fix-median" in proc.stdout
 
 
+def test_validate_fails_when_the_verifier_prints_no_reward_on_the_seeded_state(pyfix_copy):
+    edit_spec(pyfix_copy, 'command = "python3 /opt/envkit/pytest_verifier.py --tests /env/verify/tests"', 'command = "echo done"')
+    proc = envkit("validate", str(pyfix_copy), "--task", "fix-median", "--probes", "none", "--json")
+    assert proc.returncode == 1
+    [task] = json.loads(proc.stdout)["tasks"]
+    assert task["null_outcome"] == task["oracle_outcome"] == "verifier_failure:bad_output"
+    assert any("null: reward None (verifier_failure:bad_output)" in p and "seeded state" in p for p in task["problems"]), task
+
+
 def test_scaffold_builds_and_validates(tmp_path):
     folder = tmp_path / "starter"
     assert envkit("init", str(folder), "--kind", "repo").returncode == 0

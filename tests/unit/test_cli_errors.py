@@ -97,3 +97,8 @@ def test_scaffold_is_a_valid_environment(tmp_path: Path):
 def test_validate_refuses_an_unknown_probe_set_or_task_before_starting(pyfix_copy: Path):
     assert_user_error(envkit("validate", str(pyfix_copy), "--probes", "some"), "not a probe set", "none, quick, all")
     assert_user_error(envkit("validate", str(pyfix_copy), "--task", "fix-medain"), "fix-median")
+
+
+def test_run_refuses_an_unknown_probe_agent(pyfix_copy: Path):
+    assert_user_error(envkit("run", str(pyfix_copy), "--task", "fix-median", "--agent", "probe:nope"), "names no probe",
+                      "always-equal")
