@@ -36,6 +36,7 @@ folder, so it runs wherever the verifier makes the agent's code run.
 from __future__ import annotations
 
 import base64
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -452,5 +453,5 @@ def run_probe(runtime: EnvRuntime, task: Task, seed: int, probe: Probe, sandbox:
             if found.strip():
                 why = f"left something the next episode could see: {' '.join(found.split())[:300]}"
         except EpisodeFailure as e:
-            why = f"the reset after it failed: {e.outcome.label}: {e.message}"
+            why = f"the reset after it failed: {e.outcome.label}: {e.message} {json.dumps(e.evidence)[:600]}"
     return ProbeResult(probe.name, task.id, reward, outcome, bool(why), why, round(time.monotonic() - t0, 3))

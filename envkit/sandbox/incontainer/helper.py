@@ -60,11 +60,14 @@ def killall():
         pass
 
 
-def kill_users(uids):
+def kill_users(uids, timeout_s=30.0):
     """As root (CAP_KILL): SIGKILL every process whose real uid is in ``uids``, round after
-    round until none is left (a fork bomb's children appear while the first round runs)."""
+    round until none is left (a fork bomb's children appear while the first round runs).
+    Killed processes take a while to go on a loaded machine (seen: more than 200 rounds of a
+    few ms at load 270), so the rounds run to a deadline, not to a count."""
     me = os.getpid()
-    for _ in range(200):
+    deadline = time.monotonic() + timeout_s
+    while True:
         found = 0
         for name in os.listdir("/proc"):
             if not name.isdigit() or int(name) == me:
@@ -80,8 +83,9 @@ def kill_users(uids):
                 continue
         if not found:
             return
-        time.sleep(0.002)
-    raise RuntimeError("processes of the episode's users kept appearing")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{found} processes of the episode's users were still alive after {timeout_s:g} s of SIGKILL")
+        time.sleep(0.005)
 
 
 def wipe(path, keep_uids=(SERVICE_UID,)):
@@ -213,8 +217,11 @@ def leftovers():
 def scrub():
     """The part of every reset that needs root: no process or file of an earlier episode's
     agent or verifier survives."""
-    for uid in EPISODE_UIDS:  # kill(-1) as the user: every process of it, at once
-        as_user(uid, killall)
+    for uid in EPISODE_UIDS:  # kill(-1) as the user: every process of it, at once (fork cannot race it)
+        try:
+            as_user(uid, killall)
+        except OSError:  # no process can be forked (the pids limit is full): the rounds below do it
+            pass
     kill_users(EPISODE_UIDS)  # and whatever was still being born
     for p in (WORKSPACE, *SCRATCH):
         wipe(p)
