@@ -1,6 +1,6 @@
 """Scripted agents for `envkit run` and `envkit validate`, and the one-episode driver.
 
-* ``oracle``: runs the task's reference solution (its ``oracle`` script) in the workspace.
+* ``oracle``: plays the task's reference solution (its kind's way: :mod:`envkit.kinds`).
 * ``null``: does nothing; a sound task must give it reward 0.
 * ``shell:CMD``: runs CMD once, as the agent.
 * ``probe:NAME``: plays one of ``envkit validate``'s hack probes (:mod:`envkit.probes`).
@@ -10,19 +10,16 @@ Model-driven agents (vLLM) live in ``rl_runner``; they drive the same :class:`Ep
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from envkit.errors import InfraFailure, ModelFailure, UserError, VerifierFailure
-from envkit.runtime import TOOL_ARGUMENTS, EnvRuntime, Episode, EpisodeResult
+from envkit.runtime import EnvRuntime, Episode, EpisodeResult
 from envkit.sandbox import Sandbox
 from envkit.spec import Task
 
 __all__ = ["Agent", "NullAgent", "OracleAgent", "ShellAgent", "parse_agent", "run_episode"]
-
-ORACLE_PATH = "/tmp/envkit-oracle.sh"
 
 
 class Agent(Protocol):
@@ -40,33 +37,14 @@ class NullAgent:
 
 
 class OracleAgent:
-    """Runs the task's reference solution: a shell script (run as the agent in the
-    workspace) or, for service environments, a JSON list of tool actions replayed through
-    the same tools an agent has: {"actions": [{"tool": "http", "method", "path", "body"},
-    {"tool": "answer", "text"}]}."""
+    """Runs the task's reference solution, the environment kind's way (:mod:`envkit.kinds`):
+    a script run as the agent in the workspace, tool actions replayed through the agent's own
+    tools (service environments), or a Harbor task's solution/solve.sh."""
 
     name = "oracle"
 
     def act(self, episode: Episode) -> None:
-        if episode.task.container is not None:  # a Harbor task: solution/ goes to /solution, solve.sh runs there
-            from envkit.harbor import copy_solution
-
-            episode.step(copy_solution(episode))
-            return
-        path = episode.runtime.env.root / episode.task.oracle
-        if path.suffix == ".json":
-            for action in json.loads(path.read_text())["actions"]:
-                replay(episode, action)
-            return
-        episode.sandbox.put_file(ORACLE_PATH, path.read_bytes(), mode=0o755)
-        episode.step(f"bash {ORACLE_PATH}")
-
-
-def replay(episode: Episode, action: dict[str, Any]) -> None:
-    tool = action.get("tool")
-    if tool not in TOOL_ARGUMENTS:
-        raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
-    episode.act(str(tool), {k: v for k, v in action.items() if k != "tool"})
+        episode.runtime.kind.play_oracle(episode)
 
 
 @dataclass

@@ -21,16 +21,20 @@ import hashlib
 import json
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import docker.errors
 
+from envkit import __version__
+from envkit.bundle import make_bundle
 from envkit.engine import connect
 from envkit.errors import BuildError, UserError
+from envkit.images import LAYOUT_VERSION, LOCK_FILE, BuildResult, read_lock, write_lock_file
 from envkit.spec import LoadedEnvironment, Task
 
-__all__ = ["build_container_images", "image_set_digest", "map_from_lines", "recorded_mismatches", "task_image_tag"]
+__all__ = ["build_container_env", "build_container_images", "image_set_digest", "map_from_lines", "recorded_mismatches", "task_image_tag"]
 
 _FROM = re.compile(r"^(\s*FROM\s+(?:--platform=\S+\s+)?)(\S+)(.*)$", re.IGNORECASE)
 
@@ -114,3 +118,40 @@ def recorded_mismatches(recorded: dict[str, str], built: dict[str, str]) -> list
     """Tasks whose rebuilt image differs from the lock's (or that the lock lacks)."""
     return sorted(t for t in set(recorded) | set(built) if recorded.get(t) != built.get(t))
 
+
+def build_container_env(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True,
+                        check_recorded: bool = False) -> BuildResult:
+    """Bundle a container environment, build every task's image from its Dockerfile and record
+    their IDs in ``envkit.lock``; ``check_recorded`` fails when a rebuilt image differs from
+    the lock's (the lock is then left as it was)."""
+    t0 = time.perf_counter()
+    bundle = make_bundle(env)
+    lock_path = env.root / LOCK_FILE
+    old = read_lock(env) or {}
+    task_images = build_container_images(env, client=client)
+    if check_recorded:
+        recorded = old.get("task_images")
+        if not isinstance(recorded, dict):
+            raise UserError(f"{lock_path} records no task images to check against", "run `envkit build` once to record them")
+        differ = recorded_mismatches(recorded, task_images)
+        if differ:
+            raise UserError(
+                f"the rebuilt images differ from the recorded ones for {len(differ)} task(s): "
+                + ", ".join(f"{t} (recorded {str(recorded.get(t, '-'))[:19]}, built {task_images.get(t, '-')[:19]})" for t in differ),
+                "this environment's images are built from Dockerfiles and are not reproducible; the lock was left as it was. "
+                "Run `envkit build` without --check-recorded to record the new images")
+    image_id = image_set_digest(task_images)
+    if write_lock:
+        lock = {
+            "lock_version": 1, "env": env.ref, "bundle_digest": bundle.digest, "bundle_size": bundle.size,
+            "base_image": "dockerfile", "image_id": image_id, "reproducible": False, "task_images": task_images,
+            "layout_version": LAYOUT_VERSION, "envkit_version": __version__,
+        }
+        write_lock_file(lock_path, lock)
+    cached = old.get("image_id") == image_id
+    return BuildResult(
+        env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image="dockerfile", image_id=image_id,
+        tag=f"envkit-env/{env.spec.environment.name}:{env.spec.environment.version}-<task>", cached=cached,
+        seconds=round(time.perf_counter() - t0, 3), lock_file=str(lock_path) if write_lock else None,
+        reproducible=False, task_images=task_images,
+    )

@@ -26,7 +26,8 @@ from envkit.client import Registry
 from envkit.container_images import build_container_images, image_set_digest
 from envkit.engine import connect
 from envkit.errors import BuildError, EnvkitError, UserError
-from envkit.images import build, build_from_bundle, image_tag
+from envkit.images import build_from_bundle, image_tag
+from envkit.kinds import build
 from envkit.refs import EnvRef, parse_env_ref
 from envkit.spec import LoadedEnvironment, load_environment
 from envkit.staging import staged_folder

@@ -12,8 +12,9 @@ A Harbor task is a folder::
 "container"``, ``[image] build = "dockerfile"``): the folders are copied verbatim under
 ``tasks/<id>/`` and ``tasks.jsonl`` carries each task's mapped settings in its ``container``
 field; what does not map is listed in the returned report (and ``harbor-import.json``), never
-dropped silently. :func:`export_harbor` writes the folders back. :func:`verify_container_task`
-is the Harbor verifier phase as envkit runs it. The field mapping is in docs/harbor.md.
+dropped silently. :func:`export_harbor` writes the folders back. How envkit runs such tasks
+(their sandboxes, Harbor's verifier phase, the oracle) is the container kind's
+(:class:`envkit.kinds.ContainerKind`). The field mapping is in docs/harbor.md.
 """
 
 from __future__ import annotations
@@ -23,27 +24,22 @@ import json
 import math
 import re
 import shutil
-import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from envkit.errors import UserError, VerifierFailure
+from envkit.errors import UserError
+from envkit.kinds import SOLVE
 from envkit.refs import NAME_RE, is_semver
-from envkit.sandbox import AGENT, VERIFIER
 from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
 from envkit.staging import staged_folder
 
-if TYPE_CHECKING:
-    from envkit.runtime import Episode, VerifyResult
-
-__all__ = ["ImportReport", "TaskImport", "export_harbor", "import_harbor", "parse_base_map", "verify_container_task"]
+__all__ = ["ImportReport", "TaskImport", "export_harbor", "import_harbor", "parse_base_map"]
 
 REPORT_FILE = "harbor-import.json"
 VERIFIER_COMMAND = "bash /tests/test.sh"
-SOLVE = "solve.sh"
 _DIFFICULTIES = ("easy", "medium", "hard")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 
@@ -442,77 +438,3 @@ def _export_repo_task(env: LoadedEnvironment, task: Any, dest: Path) -> None:
             "agent": {"timeout_sec": float(lim.episode_timeout_s), "user": "agent"},
             "environment": {"cpus": lim.cpus, "memory_mb": lim.memory_mb, "allow_internet": lim.network == "bridge"}}
     (dest / "task.toml").write_text(_dump_toml(conf))
-
-
-# -- the verifier phase ---------------------------------------------------------------
-
-def _files(folder: Path) -> list[tuple[str, bytes, int]]:
-    return [(str(p.relative_to(folder)), p.read_bytes(), p.stat().st_mode & 0o777)
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
-
-
-def copy_solution(episode: Episode) -> str:
-    """Put the task's solution/ at /solution (for the oracle only); returns the command to run it."""
-    c = episode.task.container
-    assert c is not None
-    episode.sandbox.put_tree("/solution", _files(episode.runtime.env.root / c.path / "solution"))  # type: ignore[attr-defined]
-    return f"bash /solution/{SOLVE}"
-
-
-def _reward(rewards: dict[str, Any]) -> float:
-    if "reward" in rewards:
-        return float(rewards["reward"])
-    values = [float(v) for v in rewards.values()]
-    return sum(values) / len(values)
-
-
-def verify_container_task(episode: Episode, sandbox: Any) -> VerifyResult:
-    """Harbor's verifier phase: stop the agent, copy tests/ to /tests, run test.sh (as the
-    task's verifier user, in the image's working folder, with [verifier] env), read
-    /logs/verifier/reward.json (several keys: ``reward`` if present, else their mean) or
-    reward.txt. test.sh's exit code does not matter when it wrote a reward, as in Harbor."""
-    from envkit.runtime import VerifyResult
-
-    c = episode.task.container
-    assert c is not None
-    t0 = time.monotonic()
-    sandbox.kill_processes(AGENT)
-    prep = sandbox.exec("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier",
-                        user="root", timeout_s=60, workdir="/")
-    if prep.exit_code != 0:
-        raise VerifierFailure("verifier_setup", "could not prepare /logs/verifier", stderr_tail=prep.stderr[-500:])
-    sandbox.put_tree("/tests", _files(episode.runtime.env.root / c.path / "tests"))
-    env = {**c.verifier_env, "ENVKIT_TASK_ID": episode.task.id, "ENVKIT_SEED": str(episode.seed)}
-    res = sandbox.exec(episode.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=env)
-    duration = round(time.monotonic() - t0, 4)
-    tail = (res.stdout + res.stderr)[-2000:]
-    if res.timed_out:
-        raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)
-    rewards: dict[str, Any]
-    try:
-        raw = sandbox.get_file("/logs/verifier/reward.json", max_bytes=1 << 20)
-        source = "reward.json"
-        try:
-            rewards = json.loads(raw)
-        except ValueError:
-            raise VerifierFailure("bad_output", "/logs/verifier/reward.json is not JSON", output_tail=tail) from None
-        if not isinstance(rewards, dict) or not rewards:
-            raise VerifierFailure("bad_output", "reward.json must be an object of named numbers, e.g. {\"reward\": 1}", output_tail=tail)
-    except FileNotFoundError:
-        try:
-            text = sandbox.get_file("/logs/verifier/reward.txt", max_bytes=4096).decode(errors="replace").strip()
-        except FileNotFoundError:
-            raise VerifierFailure("bad_output", f"tests/test.sh (exit {res.exit_code}) wrote neither /logs/verifier/reward.txt "
-                                                "nor reward.json", output_tail=tail) from None
-        source = "reward.txt"
-        try:
-            rewards = {"reward": float(text)}
-        except ValueError:
-            raise VerifierFailure("bad_output", f"reward.txt holds {text[:80]!r}, not a number", output_tail=tail) from None
-    bad = {k: v for k, v in rewards.items() if isinstance(v, bool) or not isinstance(v, (int, float))
-           or not math.isfinite(float(v)) or not 0.0 <= float(v) <= 1.0}
-    if bad:
-        raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
-    reward = _reward(rewards)
-    details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
-    return VerifyResult(reward=reward, details=details, duration_s=duration)

@@ -33,10 +33,11 @@ from envkit import __version__
 from envkit.base import VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
 from envkit.bundle import Bundle, BundleEntry, make_bundle, tar_info
 from envkit.engine import connect
-from envkit.errors import BuildError, UserError
+from envkit.errors import BuildError
 from envkit.spec import EnvSpec, LoadedEnvironment
 
-__all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build", "build_from_bundle", "image_tag", "read_lock"]
+__all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build_from_bundle", "build_image", "image_tag", "read_lock",
+           "write_lock_file"]
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
@@ -165,13 +166,9 @@ def build_from_bundle(bundle: Bundle, spec: EnvSpec, *, client: Any | None = Non
     return image_id, base.ref, False
 
 
-def build(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True,
-          check_recorded: bool = False) -> BuildResult:
-    """Bundle the environment, assemble its image and write ``envkit.lock``. A container
-    environment builds one image per task from its Dockerfile instead (not reproducible);
-    ``check_recorded`` then fails when a rebuilt image differs from the lock's."""
-    if env.spec.image.build == "dockerfile":
-        return _build_container_env(env, client=client, write_lock=write_lock, check_recorded=check_recorded)
+def build_image(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True) -> BuildResult:
+    """Bundle a repo, api or website environment, assemble its image and write ``envkit.lock``
+    (:func:`envkit.kinds.build` builds any kind)."""
     t0 = time.perf_counter()
     bundle = make_bundle(env)
     image_id, base_ref, cached = build_from_bundle(bundle, env.spec, client=client)
@@ -187,7 +184,7 @@ def build(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool
             "layout_version": LAYOUT_VERSION,
             "envkit_version": __version__,
         }
-        _write_lock(lock_path, lock)
+        write_lock_file(lock_path, lock)
     return BuildResult(
         env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image=base_ref,
         image_id=image_id, tag=image_tag(env.spec), cached=cached, seconds=round(time.perf_counter() - t0, 3),
@@ -195,47 +192,11 @@ def build(env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool
     )
 
 
-def _write_lock(path: Path, lock: dict[str, Any]) -> None:
+def write_lock_file(path: Path, lock: dict[str, Any]) -> None:
     """Write ``envkit.lock`` unless it already says exactly this (its mtime stays put)."""
     text = json.dumps(lock, indent=2, sort_keys=True) + "\n"
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
-
-
-def _build_container_env(env: LoadedEnvironment, *, client: Any | None, write_lock: bool, check_recorded: bool) -> BuildResult:
-    from envkit.container_images import build_container_images, image_set_digest, recorded_mismatches
-
-    t0 = time.perf_counter()
-    bundle = make_bundle(env)
-    lock_path = env.root / LOCK_FILE
-    old = read_lock(env) or {}
-    task_images = build_container_images(env, client=client)
-    if check_recorded:
-        recorded = old.get("task_images")
-        if not isinstance(recorded, dict):
-            raise UserError(f"{lock_path} records no task images to check against", "run `envkit build` once to record them")
-        differ = recorded_mismatches(recorded, task_images)
-        if differ:
-            raise UserError(
-                f"the rebuilt images differ from the recorded ones for {len(differ)} task(s): "
-                + ", ".join(f"{t} (recorded {str(recorded.get(t, '-'))[:19]}, built {task_images.get(t, '-')[:19]})" for t in differ),
-                "this environment's images are built from Dockerfiles and are not reproducible; the lock was left as it was. "
-                "Run `envkit build` without --check-recorded to record the new images")
-    image_id = image_set_digest(task_images)
-    if write_lock:
-        lock = {
-            "lock_version": 1, "env": env.ref, "bundle_digest": bundle.digest, "bundle_size": bundle.size,
-            "base_image": "dockerfile", "image_id": image_id, "reproducible": False, "task_images": task_images,
-            "layout_version": LAYOUT_VERSION, "envkit_version": __version__,
-        }
-        _write_lock(lock_path, lock)
-    cached = old.get("image_id") == image_id
-    return BuildResult(
-        env=env.ref, bundle_digest=bundle.digest, bundle_size=bundle.size, base_image="dockerfile", image_id=image_id,
-        tag=f"envkit-env/{env.spec.environment.name}:{env.spec.environment.version}-<task>", cached=cached,
-        seconds=round(time.perf_counter() - t0, 3), lock_file=str(lock_path) if write_lock else None,
-        reproducible=False, task_images=task_images,
-    )
 
 
 def read_lock(env: LoadedEnvironment) -> dict[str, Any] | None:

@@ -23,56 +23,17 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure, Outcome, VerifierFailure
-from envkit.images import BuildResult, build
-from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, Sandbox, SandboxLimits
-from envkit.sandbox.docker_backend import DockerBackend
+from envkit.images import BuildResult
+from envkit.kinds import EnvKind, SandboxSpec, kind_of
+from envkit.records import EpisodeResult, StepRecord, VerifyResult
+from envkit.sandbox import AGENT, ExecResult, ResetResult, Sandbox, SandboxLimits
 from envkit.spec import LoadedEnvironment, Task
+from envkit.tools import TOOL_ARGUMENTS
 
 __all__ = ["TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
-
-# The tools an agent calls, with their required arguments (``answer`` is always offered).
-TOOL_ARGUMENTS: dict[str, tuple[str, ...]] = {"bash": ("command",), "http": ("method", "path"), "browser": ("action",),
-                                              "answer": ("text",)}
-
-
-@dataclass(frozen=True)
-class StepRecord:
-    command: str
-    exit_code: int
-    stdout: str
-    stderr: str
-    duration_s: float
-    limit_hit: str | None
-
-
-@dataclass(frozen=True)
-class VerifyResult:
-    reward: float
-    details: dict[str, Any]
-    duration_s: float
-
-
-@dataclass
-class EpisodeResult:
-    env: str
-    image_id: str
-    task_id: str
-    seed: int
-    agent: str
-    reward: float | None
-    outcome: str
-    evidence: dict[str, Any]
-    state_hash: str
-    steps: list[StepRecord] = field(default_factory=list)
-    verifier: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class EnvRuntime:
@@ -83,23 +44,18 @@ class EnvRuntime:
         """``backend``: where sandboxes come from when not this machine's Docker (a cluster's
         rollout worker passes one that refuses: its sandboxes come from sandbox hosts)."""
         self.env = env
-        self.build = build_result or build(env, client=client)
+        self.kind: EnvKind = kind_of(env.spec)
+        self.build = build_result or self.kind.build(env, client=client)
         self.limits = SandboxLimits.from_spec(env.spec.limits)
-        state = env.spec.state
-        self.container = env.spec.environment.kind == "container"
-        if backend is not None:
-            self.backend = backend
-        elif self.container:
-            from envkit.sandbox.container import ContainerBackend
-
-            self.backend = ContainerBackend(env, self.build.task_images, self.limits, client=client,
-                                            labels={"org.envkit.env": env.ref})
-        else:
-            self.backend = DockerBackend(self.build.image_id, self.limits, client=client, labels={"org.envkit.env": env.ref},
-                                         has_repo=state.repo is not None, has_service=state.service is not None,
-                                         scrub="bash" in env.spec.tools.enabled)
+        self.backend: Any = backend if backend is not None else self.kind.sandbox_spec(
+            env, self.build, self.limits, {"org.envkit.env": env.ref}).backend(client=client)
         self._first_hash: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
+
+    def sandbox_spec(self) -> SandboxSpec:
+        """What a sandbox host elsewhere (a Ray node) needs to make this environment's
+        sandboxes, with the labels this runtime's own backend puts on them."""
+        return self.kind.sandbox_spec(self.env, self.build, self.limits, dict(self.backend.labels))
 
     def check_reset(self, reset: ResetResult) -> None:
         """Same seed, same state: the first hash seen for a seed is the reference."""
@@ -154,8 +110,7 @@ class Episode:
     @property
     def time_limit_s(self) -> float:
         """The agent's time for the episode: the spec's, or a container task's own agent timeout."""
-        c = self.task.container
-        return c.agent_timeout_s if c is not None else float(self.spec.limits.episode_timeout_s)
+        return self.runtime.kind.time_limit_s(self.spec, self.task)
 
     def _episode_timeout(self) -> ModelFailure:
         return ModelFailure("episode_timeout", f"the episode ran past {self.time_limit_s:g} s")
@@ -272,47 +227,8 @@ class Episode:
         return verdict
 
     def _verify_on(self, sandbox: Sandbox, answer: str | None) -> VerifyResult:
-        """Run the verifier once on ``sandbox`` as it is."""
-        if self.task.container is not None:
-            from envkit.harbor import verify_container_task
-
-            return verify_container_task(self, sandbox)
-        t0 = time.monotonic()
-        sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
-        env = {
-            "ENVKIT_TASK_ID": self.task.id,
-            "ENVKIT_TASK_PARAMS": json.dumps(self.task.params, sort_keys=True),
-            "ENVKIT_SEED": str(self.seed),
-            "ENVKIT_WORKSPACE": "/workspace",
-        }
-        if self.spec.state.repo is not None:
-            env["ENVKIT_CALLS"] = (sandbox.start_agent_calls() if self.spec.verifier.calls
-                                   else "unavailable: envkit.toml says [verifier] calls = false")
-        if answer is not None:
-            env["ENVKIT_ANSWER"] = answer
-        vspec = self.spec.verifier
-        res = sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
-        duration = round(time.monotonic() - t0, 4)
-        tail = res.stderr[-2000:]
-        if res.timed_out:
-            raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
-        if res.exit_code != 0 or res.oom_killed:
-            raise VerifierFailure("verifier_crash", f"the verifier exited with {res.exit_code}", stderr_tail=tail)
-        lines = res.stdout.strip().splitlines()
-        try:
-            details = json.loads(lines[-1])
-            reward = float(details["reward"])
-        except (IndexError, ValueError, KeyError, TypeError):
-            raise VerifierFailure("bad_output", "the verifier's last stdout line is not {\"reward\": <number>}",
-                                  stdout_tail=res.stdout[-500:], stderr_tail=tail) from None
-        if not 0.0 <= reward <= 1.0:
-            raise VerifierFailure("bad_output", f"the verifier's reward {reward} is outside [0, 1]")
-        code = details.get("agent_code") if isinstance(details, dict) else None
-        if sandbox is self.sandbox and isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
-            self.verify_failure = ModelFailure(
-                "code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) while the "
-                "verifier called it", timeouts=int(code["timeouts"]), reward=reward)
-        return VerifyResult(reward=reward, details=details, duration_s=duration)
+        """Run the verifier once on ``sandbox`` as it is (the environment kind's way)."""
+        return self.runtime.kind.verify(self, sandbox, answer)
 
     def _counterfactual(self, failure: VerifierFailure) -> VerifyResult:
         """The verifier failed on the agent's state: does it also fail on the seeded state of a

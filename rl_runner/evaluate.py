@@ -8,15 +8,13 @@ import math
 import random
 import statistics
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envkit.runtime import EnvRuntime
 from envkit.spec import Task
-from rl_runner.policy.client import PolicyClient, SamplingParams
-from rl_runner.rollout.reuse import Sandboxes
-from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
+from rl_runner.distributed.rollouts import Rollouts
+from rl_runner.policy.client import SamplingParams
+from rl_runner.rollout.runner import EpisodeSpec, run_agent
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["bootstrap_ci", "evaluate", "half_width_needed"]
@@ -44,26 +42,20 @@ def half_width_needed(values: list[float], target: float) -> int | None:
     return max(1, int((1.96 * sd / target) ** 2 + 0.999)) if sd > 0 else 1
 
 
-def evaluate(envs: list[tuple[EnvRuntime, list[Task]]], *, policy: PolicyClient, tokenizer: Any, sampling: SamplingParams,
-             episodes: int, concurrency: int = 8, seed: int = 0, retries: int = 2,
-             sandboxes: list[Sandboxes] | None = None,
-             runners: list[Callable[[EpisodeSpec], Trajectory] | None] | None = None) -> dict[str, Any]:
-    """``runners[k]``, when given, runs environment ``k``'s episodes elsewhere (a Ray cluster)
-    instead of this machine's sandboxes; it applies the retry rule itself."""
+def evaluate(envs: list[tuple[Rollouts, list[Task]]], *, sampling: SamplingParams, episodes: int, concurrency: int = 8,
+             seed: int = 0) -> dict[str, Any]:
+    """``episodes`` agent episodes with fixed weights, environments then their tasks round robin,
+    each through its environment's rollouts (this machine or a Ray cluster) under the retry rule."""
     specs: list[tuple[int, EpisodeSpec]] = []
     for i in range(episodes):
         k = i % len(envs)
-        runtime, tasks = envs[k]
+        rollouts, tasks = envs[k]
         task = tasks[(i // len(envs)) % len(tasks)]
-        specs.append((k, EpisodeSpec(task, seed + i, f"eval/{runtime.env.ref}/{task.id}/{seed + i}")))
+        specs.append((k, EpisodeSpec(task, seed + i, f"eval/{rollouts.runtime.env.ref}/{task.id}/{seed + i}")))
 
     def one(item: tuple[int, EpisodeSpec]) -> Trajectory:
         k, spec = item
-        runner = runners[k] if runners else None
-        if runner is not None:
-            return runner(spec)
-        return run_with_retries(envs[k][0], spec, policy=policy, tokenizer=tokenizer, sampling=sampling, max_retries=retries,
-                                sandboxes=sandboxes[k] if sandboxes else None)
+        return run_agent(envs[k][0], spec, sampling)
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         trajs = list(pool.map(one, specs))

@@ -7,7 +7,7 @@ import typer
 from envkit.base import build_base, recipe_digest
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
-from envkit.images import build as build_image
+from envkit.kinds import build as build_image
 
 base_app = typer.Typer(no_args_is_help=True, help="The envkit base image (built locally from Debian packages).")
 

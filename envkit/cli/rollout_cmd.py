@@ -37,7 +37,9 @@ def register(app: typer.Typer) -> None:
         try:
             from transformers import AutoTokenizer
 
+            from rl_runner.distributed.rollouts import open_rollouts
             from rl_runner.policy.client import PolicyClient, SamplingParams
+            from rl_runner.policy.router import Router
             from rl_runner.policy.server import VLLMServer
             from rl_runner.rollout.runner import collect, plan, summarize
             from rl_runner.rollout.trajectory import write_jsonl
@@ -54,22 +56,23 @@ def register(app: typer.Typer) -> None:
             if not as_json:
                 console.print(f"starting vLLM for {model} …")
             server.start()
-        policy = PolicyClient(policy_url or server.url)  # type: ignore[union-attr]
+        router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
+        rollouts = open_rollouts(runtime, router, setup=lambda: tokenizer, max_retries=retries,
+                                 policy_ready=server.healthy if server is not None else None)
         try:
             t0 = time.monotonic()
             if as_json:
-                trajectories = collect(runtime, episodes, policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                       concurrency=concurrency, max_retries=retries)
+                trajectories = collect(rollouts, episodes, sampling=sampling, concurrency=concurrency)
             else:
                 cols = (TextColumn("rollout"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
                 with Progress(*cols, console=console, transient=True) as progress:
                     bar = progress.add_task("rollout", total=len(episodes))
-                    trajectories = collect(runtime, episodes, policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                           concurrency=concurrency, max_retries=retries,
+                    trajectories = collect(rollouts, episodes, sampling=sampling, concurrency=concurrency,
                                            progress=lambda _t: progress.advance(bar))
             wall = time.monotonic() - t0
         finally:
-            policy.close()
+            rollouts.close()
+            router.close()
             if server is not None:
                 server.stop()
         path = write_jsonl(out or Path("runs") / f"rollout-{time.strftime('%Y%m%d-%H%M%S')}" / "trajectories.jsonl", trajectories)

@@ -156,8 +156,10 @@ def register(app: typer.Typer) -> None:
 
         from envkit.catalog import resolve_environment
         from envkit.runtime import EnvRuntime
+        from rl_runner.distributed.rollouts import open_rollouts
         from rl_runner.evaluate import evaluate
         from rl_runner.policy.client import PolicyClient, SamplingParams
+        from rl_runner.policy.router import Router
         from rl_runner.policy.server import VLLMServer
 
         if not (model / "config.json").is_file():
@@ -166,13 +168,16 @@ def register(app: typer.Typer) -> None:
         tokenizer: Any = AutoTokenizer.from_pretrained(model)
         end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         server = None if policy_url else VLLMServer(model).start()
-        policy = PolicyClient(policy_url or server.url)  # type: ignore[union-attr]
+        router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
+        rollouts = [open_rollouts(rt, router, setup=lambda: tokenizer) for rt in runtimes]
         try:
-            result = evaluate([(rt, list(rt.env.tasks)) for rt in runtimes], policy=policy, tokenizer=tokenizer,
+            result = evaluate([(r, list(r.runtime.env.tasks)) for r in rollouts],
                               sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, stop_token_ids=(end_id,)),
                               episodes=n, concurrency=concurrency, seed=seed)
         finally:
-            policy.close()
+            for r in rollouts:
+                r.close()
+            router.close()
             if server is not None:
                 server.stop()
         if as_json:

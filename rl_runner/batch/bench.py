@@ -34,7 +34,7 @@ from envkit.runtime import EnvRuntime
 from envkit.spec import LoadedEnvironment
 from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
 from rl_runner.batch.workload import WorkloadParams, scripted_episode
-from rl_runner.distributed.local import LocalRollouts
+from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.metrics import pct
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
@@ -70,15 +70,15 @@ def _long_commands(env: LoadedEnvironment, params: WorkloadParams) -> LoadedEnvi
     return dataclasses.replace(env, spec=spec)
 
 
-def run_policy(policy: AssemblyPolicy, backend: Any, *, trajectories: int, group_size: int, concurrency: int,
+def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, trajectories: int, group_size: int, concurrency: int,
                batches: int, pool_size: int, seed: int, params: WorkloadParams) -> dict[str, Any]:
-    """Collect ``batches`` batches under ``policy`` on ``backend`` (a
-    :class:`~rl_runner.distributed.local.LocalRollouts` or a Ray cluster's
-    :class:`~rl_runner.distributed.ray_backend.RayRollouts`); returns the row."""
+    """Collect ``batches`` batches under ``policy`` on ``backend`` (the environment's
+    :class:`~rl_runner.distributed.rollouts.Rollouts`: this machine's or a Ray cluster's;
+    ``router`` is the policy it uses); returns the row."""
     if trajectories % group_size:
         raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
                         "choose a batch size that is a multiple of the group size")
-    runtime, router = backend.runtime, backend.router
+    runtime = backend.runtime
     tasks = list(runtime.env.tasks)
     backend.configure("pool" if policy.warm_pool else "fresh", pool_size)
 
@@ -172,7 +172,7 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                 started.append(s)
         urls = [s.url for s in started]
         if backend == "ray" and ray_address is None:
-            from rl_runner.distributed.ray_backend import LocalRayCluster
+            from rl_runner.distributed.cluster import LocalRayCluster
 
             say(f"starting a local Ray cluster of {ray_nodes} node(s) …")
             cluster = LocalRayCluster(ray_nodes).start()
@@ -183,12 +183,15 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                 httpx.post(f"{s.url}/reset_prefix_cache", params={"reset_running_requests": "true"}, timeout=30)
             say(f"{policy.name}: {batches} batch(es) of {trajectories} …")
             t0 = time.monotonic()
-            runner = _backend(backend, runtime, urls, policy.affinity, ray_address, concurrency)
+            router = Router([PolicyClient(u) for u in urls], affinity=policy.affinity)
+            placement = RayPlacement(ray_address, episodes_per_worker=concurrency) if backend == "ray" and ray_address else None
+            runner = open_rollouts(runtime, router, ray=placement)
             try:
-                row = run_policy(policy, runner, trajectories=trajectories, group_size=group_size,
+                row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
                                  concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
             finally:
                 runner.close()
+                router.close()
             row["wall_s"] = round(time.monotonic() - t0, 2)
             say(f"  TTB {row['ttb_s']:.1f} s (ideal {row['ideal_s']:.1f} s)")
             out_rows.append(row)
@@ -214,15 +217,6 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                   "batches": batches, "replicas": replicas, "pool_size": pool_size, "seed": seed, "model": str(model_path),
                   "cpus": os.cpu_count(), "workload": params.to_dict()},
     }
-
-
-def _backend(kind: str, runtime: EnvRuntime, urls: list[str], affinity: bool, address: str | None,
-             concurrency: int) -> Any:
-    if kind == "local":
-        return LocalRollouts(runtime, Router([PolicyClient(u) for u in urls], affinity=affinity))
-    from rl_runner.distributed.ray_backend import RayRollouts
-
-    return RayRollouts(runtime, urls, address=address, affinity=affinity, episodes_per_worker=concurrency).start()
 
 
 def _exclusions(trajs: list[Any]) -> dict[str, dict[str, Any]]:

@@ -31,21 +31,18 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envkit.errors import EpisodeFailure
-from envkit.runtime import EnvRuntime
 from envkit.spec import Task
-from rl_runner.policy.client import PolicyClient, SamplingParams
-from rl_runner.policy.router import Router
+from rl_runner.distributed.rollouts import EpisodeContext
+from rl_runner.policy.client import SamplingParams
 from rl_runner.rollout.loop import OBSERVATION_CAP, mark_aborted
-from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["Script", "Turn", "WorkloadParams", "draw_script", "run_scripted_episode"]
+__all__ = ["Script", "Turn", "WorkloadParams", "draw_script", "scripted_episode"]
 
 
 @dataclass(frozen=True)
@@ -121,9 +118,15 @@ def _command(tool_s: float, out_bytes: int) -> str:
     return f"sleep {tool_s:.3f}; head -c {out_bytes} /dev/urandom | base64 -w 76 | head -c {out_bytes}"
 
 
-def run_scripted_episode(runtime: EnvRuntime, task: Task, seed: int, script: Script, *, policy: PolicyClient | Router,
-                         sandboxes: Sandboxes, group_id: str, params: WorkloadParams,
-                         cancel: threading.Event | None = None, session: str | None = None) -> Trajectory:
+def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: WorkloadParams) -> Trajectory:
+    """Episode ``i`` of group ``g`` of the workload (an episode function of the rollout seam,
+    :mod:`rl_runner.distributed.rollouts`, so either backend runs it): the group's task, the
+    episode's drawn script played for real against ``ctx.policy`` and ``ctx.sandboxes``."""
+    runtime, policy, sandboxes, cancel, session = ctx.runtime, ctx.policy, ctx.sandboxes, ctx.cancel, ctx.session
+    tasks = runtime.env.tasks
+    task = tasks[g % len(tasks)]
+    script = draw_script(params, random.Random(f"{seed}:{g}:{i}"))
+    seed, group_id = seed + g, f"{task.id}/{seed + g}"
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id, seed=seed,
@@ -141,7 +144,7 @@ def run_scripted_episode(runtime: EnvRuntime, task: Task, seed: int, script: Scr
         traj.prompt_token_ids = list(context)
         generation_s = 0.0
         for turn in script.turns:
-            if cancel is not None and cancel.is_set():
+            if cancel.is_set():
                 reusable = True
                 _finish(traj, timings, t0, generation_s, episode)
                 return mark_aborted(traj)
@@ -195,13 +198,3 @@ def _excluded(traj: Trajectory, failure: EpisodeFailure, timings: dict[str, floa
     timings["episode_s"] = round(time.monotonic() - t0, 4)
     traj.timings = timings
     return traj
-
-
-def scripted_episode(ctx: Any, *, g: int, i: int, seed: int, params: WorkloadParams) -> Trajectory:
-    """Episode ``i`` of group ``g`` of the workload, as an episode function (either backend:
-    :mod:`rl_runner.distributed.local`): the group's task, the episode's drawn script."""
-    tasks = ctx.runtime.env.tasks
-    task = tasks[g % len(tasks)]
-    script = draw_script(params, random.Random(f"{seed}:{g}:{i}"))
-    return run_scripted_episode(ctx.runtime, task, seed + g, script, policy=ctx.policy, sandboxes=ctx.sandboxes,
-                                group_id=f"{task.id}/{seed + g}", params=params, cancel=ctx.cancel, session=ctx.session)

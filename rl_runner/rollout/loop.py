@@ -4,20 +4,18 @@ fresh sandbox); model failures end the episode and keep the verifier's reward.""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import replace
 from typing import Any
 
 from envkit.errors import InfraFailure, ModelFailure
-from envkit.runtime import EnvRuntime, Episode
-from envkit.spec import Task
-from rl_runner.policy.client import PolicyClient, SamplingParams
+from envkit.runtime import Episode
+from rl_runner.distributed.rollouts import EpisodeContext
+from rl_runner.policy.client import SamplingParams
 from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
-from rl_runner.rollout.reuse import Sandboxes
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["ABORTED", "OBSERVATION_CAP", "mark_aborted", "run_agent_episode"]
+__all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_tokenizer", "mark_aborted"]
 
 ABORTED = "aborted:straggler"  # the batch assembler cancelled the episode; not a model or infra outcome
 
@@ -28,20 +26,23 @@ def _observe(episode: Episode, call: ToolCall) -> str:
     return episode.act(call.name, call.arguments)[:OBSERVATION_CAP]
 
 
-def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: PolicyClient, tokenizer: Any,
-                      sampling: SamplingParams, group_id: str, sandboxes: Sandboxes | None = None,
-                      cancel: threading.Event | None = None, session: str | None = None) -> Trajectory:
-    """One episode. ``sandboxes`` (optional) lends a sandbox that a clean episode gives back
-    for the next one (see :mod:`rl_runner.rollout.reuse`); without it the sandbox is fresh
-    and destroyed at the end. ``cancel`` (set by the batch assembler for an aborted straggler)
-    ends the episode at its next turn boundary, unverified and excluded. ``session`` routes
-    every turn to one vLLM replica (see :mod:`rl_runner.policy.router`)."""
+def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str, sampling: SamplingParams) -> Trajectory:
+    """One episode of the model-driven agent (an episode function of the rollout seam,
+    :mod:`rl_runner.distributed.rollouts`): the sandbox comes from ``ctx.sandboxes`` (a
+    reusing pool gets it back after a clean episode, see :mod:`rl_runner.rollout.reuse`), the
+    tokenizer is ``ctx.extra`` (a Ray worker's ``setup`` loaded it), every turn is routed to
+    one vLLM replica by ``ctx.session`` (:mod:`rl_runner.policy.router`). ``ctx.cancel`` (set
+    by the batch assembler for an aborted straggler) ends the episode at its next turn
+    boundary, unverified and excluded."""
+    runtime, policy, tokenizer, sandboxes, cancel, session = (ctx.runtime, ctx.policy, ctx.extra, ctx.sandboxes,
+                                                              ctx.cancel, ctx.session)
+    task = runtime.env.task(task_id)
     spec = runtime.env.spec
     limits = spec.limits
     end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    sandbox = sandboxes.acquire() if sandboxes is not None else runtime.backend.create()
+    sandbox = sandboxes.acquire()
     reusable = False
     timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
     # The counterfactual check's fresh sandbox: from the sandbox host on a Ray cluster.
@@ -58,7 +59,7 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
         failure: ModelFailure | None = None
         generation_s = 0.0
         for turn in range(limits.max_turns):
-            if cancel is not None and cancel.is_set():
+            if cancel.is_set():
                 timings["generation_s"] = round(generation_s, 4)
                 timings["episode_s"] = round(time.monotonic() - t0, 4)
                 traj.timings = timings
@@ -113,13 +114,7 @@ def run_agent_episode(runtime: EnvRuntime, task: Task, seed: int, *, policy: Pol
         return traj
     finally:
         episode.close()
-        if sandboxes is not None:
-            sandboxes.release(sandbox, reusable=reusable)
-        else:
-            try:
-                sandbox.destroy()
-            except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
-                pass
+        sandboxes.release(sandbox, reusable=reusable)
 
 
 def mark_aborted(traj: Trajectory) -> Trajectory:
@@ -138,15 +133,6 @@ def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list
     traj.logprobs.extend(logprobs if model else [0.0] * len(ids))
     traj.weight_versions.extend(versions if model else [""] * len(ids))
     traj.loss_mask.extend([1 if model else 0] * len(ids))
-
-
-def agent_episode(ctx: Any, *, task_id: str, seed: int, group_id: str, sampling: SamplingParams) -> Trajectory:
-    """:func:`run_agent_episode` as an episode function (:mod:`rl_runner.distributed.local`):
-    on a Ray cluster it runs in a rollout worker, whose ``setup`` loaded the tokenizer
-    (``ctx.extra``); its sandbox comes from the sandbox host it was given."""
-    task = next(t for t in ctx.runtime.env.tasks if t.id == task_id)
-    return run_agent_episode(ctx.runtime, task, seed, policy=ctx.policy, tokenizer=ctx.extra, sampling=sampling,
-                             group_id=group_id, sandboxes=ctx.sandboxes, cancel=ctx.cancel, session=ctx.session)
 
 
 def load_tokenizer(model: str) -> Any:

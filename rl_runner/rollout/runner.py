@@ -1,11 +1,12 @@
-"""Collecting trajectories: concurrent episodes, retries on fresh sandboxes for infra
-failures, exclusion with a reason when retries run out, and the group rule."""
+"""Collecting trajectories with the model-driven agent, through the rollout seam
+(:mod:`rl_runner.distributed.rollouts`): :func:`run_agent` is the one way an agent episode is
+run (training, evaluation and ``envkit rollout`` call it); :func:`collect` runs many at once,
+each exactly once in the result, then applies the group rule."""
 
 from __future__ import annotations
 
 import statistics
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,14 +15,13 @@ from typing import Any
 
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
+from rl_runner.distributed.rollouts import Rollouts
 from rl_runner.metrics import pct
-from rl_runner.policy.client import PolicyClient, SamplingParams
-from rl_runner.rollout.loop import run_agent_episode
-from rl_runner.rollout.retry import run_attempts
-from rl_runner.rollout.reuse import Sandboxes
+from rl_runner.policy.client import SamplingParams
+from rl_runner.rollout.loop import agent_episode
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
-__all__ = ["EpisodeSpec", "collect", "plan", "run_with_retries", "summarize"]
+__all__ = ["EpisodeSpec", "collect", "plan", "run_agent", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -43,49 +43,31 @@ def plan(runtime: EnvRuntime, n: int, *, group_size: int = 1, seed: int = 0) -> 
     return out
 
 
-def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyClient, tokenizer: Any,
-                     sampling: SamplingParams, max_retries: int, index: int = 0, on_attempt: Callable[[int, int], None] | None = None,
-                     policy_ready: Callable[[], bool] | None = None, ready_timeout_s: float = 300,
-                     sandboxes: Sandboxes | None = None, cancel: threading.Event | None = None,
-                     session: str | None = None) -> Trajectory:
-    """One episode under the retry rule (:mod:`rl_runner.rollout.retry`), each retry on a fresh
-    sandbox. ``sandboxes`` lends reusable sandboxes to first attempts. Before retrying an
-    ``inference_unavailable`` failure it waits (up to ``ready_timeout_s``) for ``policy_ready``:
-    retrying against a server that is down only burns the retry."""
-    queued = time.monotonic()
-
-    def attempt(n: int, failed: list[str]) -> Trajectory:
-        if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
-            deadline = time.monotonic() + ready_timeout_s
-            while not policy_ready() and time.monotonic() < deadline:
-                time.sleep(1.0)
-        if on_attempt is not None:
-            on_attempt(index, n)
-        traj = run_agent_episode(runtime, spec.task, spec.seed, policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                 group_id=spec.group_id, sandboxes=sandboxes if n == 0 else None, cancel=cancel,
-                                 session=session)
-        traj.timings["queue_s"] = round(time.monotonic() - queued - traj.timings.get("episode_s", 0.0), 4)
-        return traj
+def run_agent(rollouts: Rollouts, spec: EpisodeSpec, sampling: SamplingParams, *, session: str | None = None,
+              cancel: threading.Event | None = None, on_attempt: Callable[[int], None] | None = None) -> Trajectory:
+    """One agent episode under the retry rule, on ``rollouts``' sandboxes and policy."""
+    runtime = rollouts.runtime
 
     def describe() -> Trajectory:
         return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=spec.task.id, seed=spec.seed,
                           group_id=spec.group_id)
 
-    return run_attempts(attempt, max_retries=max_retries, describe=describe)
+    return rollouts.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
+                                        "sampling": sampling},
+                        session=session or spec.group_id, cancel=cancel or threading.Event(), describe=describe,
+                        on_attempt=on_attempt)
 
 
-def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyClient, tokenizer: Any,
-            sampling: SamplingParams, concurrency: int = 4, max_retries: int = 2,
-            progress: Callable[[Trajectory], None] | None = None, on_attempt: Callable[[int, int], None] | None = None,
-            policy_ready: Callable[[], bool] | None = None) -> list[Trajectory]:
+def collect(rollouts: Rollouts, episodes: list[EpisodeSpec], *, sampling: SamplingParams, concurrency: int = 4,
+            progress: Callable[[Trajectory], None] | None = None,
+            on_attempt: Callable[[int, int], None] | None = None) -> list[Trajectory]:
     """Run every episode (each exactly once in the result, in plan order). ``on_attempt(i,
-    attempt)`` runs before each attempt (the fault injector's hook); ``policy_ready`` is polled
-    before retrying an inference failure."""
+    attempt)`` runs before each attempt of episode ``i`` (the fault injector's hook)."""
     results: list[Trajectory | None] = [None] * len(episodes)
 
     def one(i: int) -> None:
-        results[i] = run_with_retries(runtime, episodes[i], policy=policy, tokenizer=tokenizer, sampling=sampling,
-                                      max_retries=max_retries, index=i, on_attempt=on_attempt, policy_ready=policy_ready)
+        hook = (lambda n: on_attempt(i, n)) if on_attempt is not None else None
+        results[i] = run_agent(rollouts, episodes[i], sampling, session=f"{episodes[i].group_id}/{i}", on_attempt=hook)
         if progress is not None:
             progress(results[i])  # type: ignore[arg-type]
 
@@ -94,7 +76,6 @@ def collect(runtime: EnvRuntime, episodes: list[EpisodeSpec], *, policy: PolicyC
     done = [r for r in results if r is not None]
     assert len(done) == len(episodes)
     return apply_group_rule(done)
-
 
 
 def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, Any]:

@@ -24,14 +24,16 @@ from envkit.errors import UserError
 from envkit.harbor import import_harbor
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
-from rl_runner.distributed.local import EpisodeContext
+from rl_runner.distributed.rollouts import EpisodeContext
 from rl_runner.rollout.trajectory import Trajectory
 
 from ..conftest import PYFIX
 from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
 
 ray = pytest.importorskip("ray")
-from rl_runner.distributed.ray_backend import RUN_LABEL, LocalRayCluster, RayRollouts  # noqa: E402
+from rl_runner.distributed.cluster import LocalRayCluster  # noqa: E402
+from rl_runner.distributed.driver import RayRollouts  # noqa: E402
+from rl_runner.distributed.host import RUN_LABEL  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -4,7 +4,8 @@ import uuid
 from pathlib import Path
 
 from envkit.base import build_base, find_base
-from envkit.images import LOCK_FILE, build
+from envkit.images import LOCK_FILE
+from envkit.kinds import build
 from envkit.spec import load_environment
 
 from ..conftest import PYFIX

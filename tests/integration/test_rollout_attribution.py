@@ -13,7 +13,9 @@ import pytest
 from envkit.errors import InfraFailure
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
+from rl_runner.distributed.local import LocalRollouts
 from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.policy.router import Router
 from rl_runner.rollout.runner import EpisodeSpec, collect, plan, summarize
 from rl_runner.rollout.trajectory import Trajectory, apply_group_rule
 
@@ -64,9 +66,14 @@ def bash(cmd: str) -> str:
 FIX = "sed -i 's/ordered\\[mid\\] + ordered\\[mid + 1\\]/ordered[mid - 1] + ordered[mid]/' kit/stats.py"
 
 
-def run(rt, tokenizer, policy, task="fix-median", n=1, **kw) -> list[Trajectory]:
+def local(rt, policy, tokenizer, max_retries: int = 2) -> LocalRollouts:
+    """The local backend of the rollout seam, over the scripted policy."""
+    return LocalRollouts(rt, Router([policy]), max_retries=max_retries, extra=tokenizer)
+
+
+def run(rt, tokenizer, policy, task="fix-median", n=1, max_retries: int = 2) -> list[Trajectory]:
     episodes = [EpisodeSpec(rt.env.task(task), i, f"{task}/{i}") for i in range(n)]
-    return collect(rt, episodes, policy=policy, tokenizer=tokenizer, sampling=SamplingParams(max_tokens=64), **kw)
+    return collect(local(rt, policy, tokenizer, max_retries), episodes, sampling=SamplingParams(max_tokens=64))
 
 
 def test_a_solving_policy_gets_reward_and_aligned_tokens(pyfix_runtime, tokenizer):
@@ -134,8 +141,8 @@ def test_exhausted_retries_exclude_with_reason_and_group_rule(pyfix_runtime, tok
     pyfix_runtime.backend = FlakyBackend(real, fail=3)  # the first episode's three attempts fail
     try:
         episodes = [EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g"), EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g")]
-        trajs = collect(pyfix_runtime, episodes, policy=scripted_policy(tokenizer, [bash(FIX), "done"]), tokenizer=tokenizer,
-                        sampling=SamplingParams(), concurrency=1, max_retries=2)
+        trajs = collect(local(pyfix_runtime, scripted_policy(tokenizer, [bash(FIX), "done"]), tokenizer), episodes,
+                        sampling=SamplingParams(), concurrency=1)
     finally:
         pyfix_runtime.backend = real
     first, second = trajs
@@ -158,8 +165,8 @@ def test_group_rule_keeps_groups_with_enough_members():
 
 def test_summary_counts_every_trajectory_once(pyfix_runtime, tokenizer):
     episodes = plan(pyfix_runtime, 6, group_size=2)
-    trajs = collect(pyfix_runtime, episodes, policy=scripted_policy(tokenizer, ["done"]), tokenizer=tokenizer,
-                    sampling=SamplingParams(), concurrency=3)
+    trajs = collect(local(pyfix_runtime, scripted_policy(tokenizer, ["done"]), tokenizer), episodes, sampling=SamplingParams(),
+                    concurrency=3)
     assert [(t.task_id, t.seed) for t in trajs] == [(e.task.id, e.seed) for e in episodes]
     s = summarize(trajs, wall_s=1.0)
     assert s["episodes"] == 6 and s["outcomes"] == {"ok": 6} and s["excluded"] == 0 and s["mean_reward"] == 0.0

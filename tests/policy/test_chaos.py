@@ -11,7 +11,9 @@ import pytest
 
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
+from rl_runner.distributed.local import LocalRollouts
 from rl_runner.policy.client import PolicyClient, SamplingParams
+from rl_runner.policy.router import Router
 from rl_runner.rollout.chaos import INFRA_FAULTS, MODEL_FAULTS, ChaosInjector
 from rl_runner.rollout.runner import collect, plan, summarize
 
@@ -38,8 +40,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
     real_policy = PolicyClient(server.url, timeout=120)
     policy = chaos.wrap_policy(real_policy, tokenizer)
     episodes = plan(runtime, 64, group_size=4)
-    trajs = collect(runtime, episodes, policy=policy, tokenizer=tokenizer, sampling=SamplingParams(max_tokens=24),
-                    concurrency=4, max_retries=2, on_attempt=chaos.begin, policy_ready=server.healthy)
+    rollouts = LocalRollouts(runtime, Router([policy]), max_retries=2, extra=tokenizer, policy_ready=server.healthy)
+    trajs = collect(rollouts, episodes, sampling=SamplingParams(max_tokens=24), concurrency=4, on_attempt=chaos.begin)
     real_policy.close()
 
     # Nothing lost, nothing twice: one trajectory per planned episode, in order.

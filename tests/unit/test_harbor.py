@@ -10,7 +10,8 @@ import pytest
 
 from envkit.container_images import image_set_digest, map_from_lines, recorded_mismatches
 from envkit.errors import SpecError, UserError
-from envkit.harbor import _memory_mb, _reward, import_harbor, parse_base_map
+from envkit.harbor import _memory_mb, import_harbor, parse_base_map
+from envkit.kinds import harbor_reward as _reward
 from envkit.spec import load_environment
 
 from ..harbor_tasks import write_harbor_tasks

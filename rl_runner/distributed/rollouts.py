@@ -1,0 +1,119 @@
+"""The one seam where episodes run: training, evaluation, ``envkit rollout`` and ``envkit
+bench rollout`` all hand episode functions to a :class:`Rollouts`, chosen once at setup by
+:func:`open_rollouts`: this machine (:class:`~rl_runner.distributed.local.LocalRollouts`) or
+a Ray cluster (:class:`~rl_runner.distributed.driver.RayRollouts`).
+
+An *episode function* is a module-level callable ``fn(ctx: EpisodeContext, **kwargs) ->
+Trajectory`` (pickled by reference on Ray: every node must have envkit installed). It takes
+its sandboxes from ``ctx.sandboxes`` and its policy from ``ctx.policy``, so the same function
+runs on either backend. There is one per purpose: the model-driven agent
+(:func:`rl_runner.rollout.loop.agent_episode`) and the benchmark's scripted agent
+(:func:`rl_runner.batch.workload.scripted_episode`).
+
+``run(fn, kwargs, session=, cancel=, describe=)`` runs attempts under the retry rule of
+:mod:`rl_runner.rollout.retry` (each retry on a fresh sandbox) and returns the one trajectory
+that counts; ``describe()`` makes the record of an episode that never ran. Before each attempt
+the backend waits for the policy after an ``inference_unavailable`` failure and calls the
+caller's ``on_attempt(n)`` hook (the chaos injector's).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from envkit.runtime import EnvRuntime
+from rl_runner.policy.router import Router
+from rl_runner.rollout.trajectory import Trajectory
+
+__all__ = ["EpisodeContext", "RayPlacement", "Rollouts", "before_attempt", "open_rollouts", "queued"]
+
+
+@dataclass
+class EpisodeContext:
+    """What an episode function gets: the environment, the policy (a router over the vLLM
+    replicas), the sandboxes to take from, a cancel flag (checked at turn boundaries), the
+    routing session, ``extra`` (what the backend's ``setup`` made, e.g. a tokenizer) and
+    ``attempt`` (0 for the first)."""
+
+    runtime: EnvRuntime
+    policy: Router
+    sandboxes: Any
+    cancel: threading.Event
+    session: str | None
+    extra: Any = None
+    attempt: int = 0
+
+
+class Rollouts(Protocol):
+    """Where one environment's episodes run (see the module's docstring)."""
+
+    runtime: EnvRuntime
+
+    def configure(self, kind: str, size: int) -> None:
+        """A new sandbox supply: ``pool`` (a reusing warm pool of ``size``) or ``fresh``."""
+
+    def run(self, fn: Callable[..., Trajectory], kwargs: dict[str, Any], *, session: str, cancel: threading.Event,
+            describe: Callable[[], Trajectory], on_attempt: Callable[[int], None] | None = None) -> Trajectory: ...
+
+    def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
+        """(held, alive) sandbox-seconds over a window of this process's monotonic clock."""
+
+    def sandbox_stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+def before_attempt(n: int, failed: list[str], *, policy_ready: Callable[[], bool] | None,
+                   on_attempt: Callable[[int], None] | None, ready_timeout_s: float = 300) -> None:
+    """What every backend does before attempt ``n``: after an ``inference_unavailable``
+    failure, wait (up to ``ready_timeout_s``) for ``policy_ready`` (retrying against a server
+    that is down only burns the retry); then the caller's hook."""
+    if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
+        deadline = time.monotonic() + ready_timeout_s
+        while not policy_ready() and time.monotonic() < deadline:
+            time.sleep(1.0)
+    if on_attempt is not None:
+        on_attempt(n)
+
+
+def queued(traj: Trajectory, since: float) -> Trajectory:
+    """Record the time the episode spent outside its final attempt (waiting, earlier attempts)."""
+    traj.timings["queue_s"] = round(max(0.0, time.monotonic() - since - traj.timings.get("episode_s", 0.0)), 4)
+    return traj
+
+
+@dataclass(frozen=True)
+class RayPlacement:
+    """Where the Ray backend runs: the cluster's address, rollout workers (default: one per
+    sandbox node) and episodes each worker runs at once."""
+
+    address: str
+    workers: int | None = None
+    episodes_per_worker: int = 256
+
+
+def open_rollouts(runtime: EnvRuntime, router: Router, *, ray: RayPlacement | None = None,
+                  setup: Callable[[], Any] | None = None, max_retries: int = 2, policy_ready: Callable[[], bool] | None = None,
+                  supply: tuple[str, int] = ("fresh", 0)) -> Rollouts:
+    """The environment's :class:`Rollouts`: this machine's, or (``ray``) the cluster's.
+    ``setup()`` makes what episode functions find in ``ctx.extra`` (on Ray, in every worker);
+    ``supply`` is the first sandbox supply (``("pool", size)`` or ``("fresh", 0)``)."""
+    rollouts: Rollouts
+    if ray is None:
+        from rl_runner.distributed.local import LocalRollouts
+
+        rollouts = LocalRollouts(runtime, router, max_retries=max_retries, extra=setup() if setup else None,
+                                 policy_ready=policy_ready)
+    else:
+        from rl_runner.distributed.driver import RayRollouts
+
+        rollouts = RayRollouts(runtime, [c.url for c in router.clients], address=ray.address, workers=ray.workers,
+                               affinity=router.affinity, max_retries=max_retries, worker_setup=setup,
+                               episodes_per_worker=ray.episodes_per_worker, router=router,
+                               policy_ready=policy_ready).start()
+    rollouts.configure(*supply)
+    return rollouts
