@@ -23,11 +23,10 @@ import docker.errors
 from envkit.base import find_base
 from envkit.bundle import make_bundle, read_bundle
 from envkit.client import Registry
-from envkit.container_images import build_container_images, image_set_digest
 from envkit.engine import connect
 from envkit.errors import BuildError, EnvkitError, UserError
 from envkit.images import build_from_bundle, image_tag
-from envkit.kinds import build
+from envkit.kinds import build, kind_of
 from envkit.refs import EnvRef, parse_env_ref
 from envkit.spec import LoadedEnvironment, load_environment
 from envkit.staging import staged_folder
@@ -96,13 +95,7 @@ def push_oci(image_id: str, env: LoadedEnvironment, host: str) -> str:
 def publish(env: LoadedEnvironment, *, registry: Registry, oci: str | None = None) -> PublishResult:
     """Build the environment and publish exactly the bundle the image was built from."""
     bundle = make_bundle(env)
-    if env.spec.image.build == "dockerfile":  # a container environment: its image set, not reproducible
-        if oci:
-            raise UserError("--oci pushes one image; a container environment has one image per task",
-                            "publish without --oci (pulls rebuild the tasks' images from their Dockerfiles)")
-        image_id, base_ref = image_set_digest(build_container_images(env)), "dockerfile"  # the bundle is made once, above
-    else:
-        image_id, base_ref, _ = build_from_bundle(bundle, env.spec)
+    image_id, base_ref = kind_of(env.spec).publish_identity(env, bundle, oci=oci)
     oci_ref = push_oci(image_id, env, oci) if oci else None
     ns, name = env.spec.environment.name.split("/")
     _status, body = registry.api.publish_version(
@@ -171,7 +164,7 @@ def _local_image(env: LoadedEnvironment, meta: dict[str, Any], data: bytes | Non
     """Produce the published image locally and prove it is the same one."""
     client = connect()
     published = meta["image_id"]
-    if env.spec.image.build == "dockerfile":
+    if not kind_of(env.spec).reproducible:  # a container environment: rebuilt from its Dockerfiles, compared
         built = build(env, client=client)
         same = built.image_id == published
         return built.image_id, "rebuilt from Dockerfiles" + ("" if same else " (not reproducible: the images differ from the published ones)")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from envkit.bundle import Bundle
 from envkit.errors import ModelFailure, UserError, VerifierFailure
 from envkit.images import BuildResult
 from envkit.records import VerifyResult
@@ -103,6 +104,7 @@ class EnvKind(Protocol):
     """What differs between environment kinds."""
 
     name: str
+    reproducible: bool  # the same folder always gives the same image ID
 
     def build(self, env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True,
               check_recorded: bool = False) -> BuildResult: ...
@@ -111,6 +113,9 @@ class EnvKind(Protocol):
                      labels: dict[str, str]) -> SandboxSpec: ...
 
     def time_limit_s(self, spec: EnvSpec, task: Task) -> float: ...
+
+    def publish_identity(self, env: LoadedEnvironment, bundle: Bundle, *, oci: str | None) -> tuple[str, str]:
+        """(image ID, base) a publication of ``bundle`` records; builds what it needs."""
 
     def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult: ...
 
@@ -122,6 +127,8 @@ class EnvKind(Protocol):
 class ImageKind:
     """repo, api and website environments: one reproducible image holds every task's seeded
     state (a repository, a service and its database); the sandbox restores it in place."""
+
+    reproducible = True
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -140,6 +147,12 @@ class ImageKind:
 
     def time_limit_s(self, spec: EnvSpec, task: Task) -> float:
         return float(spec.limits.episode_timeout_s)
+
+    def publish_identity(self, env: LoadedEnvironment, bundle: Bundle, *, oci: str | None) -> tuple[str, str]:
+        from envkit.images import build_from_bundle
+
+        image_id, base_ref, _cached = build_from_bundle(bundle, env.spec)  # exactly the bundle being published
+        return image_id, base_ref
 
     def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult:
         """Run the spec's verifier once on ``sandbox`` as it is, as the verifier user, after
@@ -214,6 +227,7 @@ class ContainerKind:
     container of it per reset, and Harbor's verifier phase (docs/harbor.md)."""
 
     name = "container"
+    reproducible = False
 
     def build(self, env: LoadedEnvironment, *, client: Any | None = None, write_lock: bool = True,
               check_recorded: bool = False) -> BuildResult:
@@ -228,6 +242,15 @@ class ContainerKind:
     def time_limit_s(self, spec: EnvSpec, task: Task) -> float:
         assert task.container is not None
         return float(task.container.agent_timeout_s)
+
+    def publish_identity(self, env: LoadedEnvironment, bundle: Bundle, *, oci: str | None) -> tuple[str, str]:
+        """The digest of the task images' set (not reproducible: pulls rebuild them)."""
+        from envkit.container_images import build_container_images, image_set_digest
+
+        if oci:
+            raise UserError("--oci pushes one image; a container environment has one image per task",
+                            "publish without --oci (pulls rebuild the tasks' images from their Dockerfiles)")
+        return image_set_digest(build_container_images(env)), "dockerfile"
 
     def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult:
         """Harbor's verifier phase: stop the agent, copy tests/ to /tests, run test.sh (as the
