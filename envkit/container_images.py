@@ -27,12 +27,12 @@ from typing import Any
 
 import docker.errors
 
-from envkit import __version__
 from envkit.bundle import make_bundle
 from envkit.engine import connect
 from envkit.errors import BuildError, UserError
 from envkit.images import LAYOUT_VERSION, LOCK_FILE, BuildResult, read_lock, write_lock_file
 from envkit.spec import LoadedEnvironment, Task
+from envkit.version import __version__
 
 __all__ = ["build_container_env", "build_container_images", "image_set_digest", "map_from_lines", "recorded_mismatches", "task_image_tag"]
 

@@ -29,12 +29,12 @@ from typing import Any
 
 import docker.errors
 
-from envkit import __version__
 from envkit.base import VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
 from envkit.bundle import Bundle, BundleEntry, make_bundle, tar_info
 from envkit.engine import connect
 from envkit.errors import BuildError
 from envkit.spec import EnvSpec, LoadedEnvironment
+from envkit.version import __version__
 
 __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build_from_bundle", "build_image", "image_tag", "read_lock",
            "write_lock_file"]

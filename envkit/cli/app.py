@@ -9,7 +9,6 @@ import sys
 import docker.errors
 import typer
 
-from envkit import __version__
 from envkit.cli import (
     bench_cmd,
     build_cmd,
@@ -25,6 +24,7 @@ from envkit.cli import (
 )
 from envkit.cli.output import err_console
 from envkit.errors import EnvkitError, UserError
+from envkit.version import __version__
 
 app = typer.Typer(
     name="envkit", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,

@@ -37,7 +37,7 @@ from typing import Any
 
 from envkit.errors import EpisodeFailure
 from envkit.spec import Task
-from rl_runner.distributed.rollouts import EpisodeContext
+from rl_runner.distributed.context import EpisodeContext
 from rl_runner.policy.client import SamplingParams
 from rl_runner.rollout.loop import OBSERVATION_CAP, mark_aborted
 from rl_runner.rollout.trajectory import Trajectory

@@ -29,10 +29,10 @@ from typing import Any
 from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from rl_runner.distributed.cluster import HOST_RESOURCE, require_ray
+from rl_runner.distributed.context import before_attempt, queued
 from rl_runner.distributed.host import SandboxHost
 from rl_runner.distributed.local import split
 from rl_runner.distributed.replies import WorkerReply, wall_offset
-from rl_runner.distributed.rollouts import before_attempt, queued
 from rl_runner.distributed.worker import RolloutWorker
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router

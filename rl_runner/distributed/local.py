@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envkit.runtime import EnvRuntime
-from rl_runner.distributed.rollouts import EpisodeContext, before_attempt, queued
+from rl_runner.distributed.context import EpisodeContext, before_attempt, queued
 from rl_runner.policy.router import Router
 from rl_runner.rollout.retry import run_attempts
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats

@@ -20,32 +20,17 @@ caller's ``on_attempt(n)`` hook (the chaos injector's).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from envkit.runtime import EnvRuntime
+from rl_runner.distributed.context import EpisodeContext
+from rl_runner.distributed.local import LocalRollouts
 from rl_runner.policy.router import Router
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["EpisodeContext", "RayPlacement", "Rollouts", "before_attempt", "open_rollouts", "queued"]
-
-
-@dataclass
-class EpisodeContext:
-    """What an episode function gets: the environment, the policy (a router over the vLLM
-    replicas), the sandboxes to take from, a cancel flag (checked at turn boundaries), the
-    routing session, ``extra`` (what the backend's ``setup`` made, e.g. a tokenizer) and
-    ``attempt`` (0 for the first)."""
-
-    runtime: EnvRuntime
-    policy: Router
-    sandboxes: Any
-    cancel: threading.Event
-    session: str | None
-    extra: Any = None
-    attempt: int = 0
+__all__ = ["EpisodeContext", "RayPlacement", "Rollouts", "open_rollouts"]
 
 
 class Rollouts(Protocol):
@@ -67,25 +52,6 @@ class Rollouts(Protocol):
     def close(self) -> None: ...
 
 
-def before_attempt(n: int, failed: list[str], *, policy_ready: Callable[[], bool] | None,
-                   on_attempt: Callable[[int], None] | None, ready_timeout_s: float = 300) -> None:
-    """What every backend does before attempt ``n``: after an ``inference_unavailable``
-    failure, wait (up to ``ready_timeout_s``) for ``policy_ready`` (retrying against a server
-    that is down only burns the retry); then the caller's hook."""
-    if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
-        deadline = time.monotonic() + ready_timeout_s
-        while not policy_ready() and time.monotonic() < deadline:
-            time.sleep(1.0)
-    if on_attempt is not None:
-        on_attempt(n)
-
-
-def queued(traj: Trajectory, since: float) -> Trajectory:
-    """Record the time the episode spent outside its final attempt (waiting, earlier attempts)."""
-    traj.timings["queue_s"] = round(max(0.0, time.monotonic() - since - traj.timings.get("episode_s", 0.0)), 4)
-    return traj
-
-
 @dataclass(frozen=True)
 class RayPlacement:
     """Where the Ray backend runs: the cluster's address, rollout workers (default: one per
@@ -104,8 +70,6 @@ def open_rollouts(runtime: EnvRuntime, router: Router, *, ray: RayPlacement | No
     ``supply`` is the first sandbox supply (``("pool", size)`` or ``("fresh", 0)``)."""
     rollouts: Rollouts
     if ray is None:
-        from rl_runner.distributed.local import LocalRollouts
-
         rollouts = LocalRollouts(runtime, router, max_retries=max_retries, extra=setup() if setup else None,
                                  policy_ready=policy_ready)
     else:

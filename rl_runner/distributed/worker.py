@@ -14,9 +14,9 @@ from envkit.images import BuildResult
 from envkit.runtime import EnvRuntime
 from envkit.sandbox import SandboxLimits
 from envkit.spec import LoadedEnvironment
+from rl_runner.distributed.context import EpisodeContext
 from rl_runner.distributed.host import HostSandboxes
 from rl_runner.distributed.replies import Failure, WorkerReply
-from rl_runner.distributed.rollouts import EpisodeContext
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.rollout.trajectory import Trajectory

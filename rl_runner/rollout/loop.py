@@ -10,7 +10,7 @@ from typing import Any
 
 from envkit.errors import InfraFailure, ModelFailure
 from envkit.runtime import Episode
-from rl_runner.distributed.rollouts import EpisodeContext
+from rl_runner.distributed.context import EpisodeContext
 from rl_runner.policy.client import SamplingParams
 from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
 from rl_runner.rollout.trajectory import Trajectory

@@ -8,6 +8,7 @@ workload with real vLLM replicas."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from envkit.errors import UserError
 from envkit.harbor import import_harbor
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
-from rl_runner.distributed.rollouts import EpisodeContext
+from rl_runner.distributed.context import EpisodeContext
 from rl_runner.rollout.trajectory import Trajectory
 
 from ..conftest import PYFIX
@@ -159,8 +160,7 @@ def test_a_killed_sandbox_host_fails_its_episodes_as_infra_and_they_are_retried_
 
 @pytest.mark.timeout(300)
 def test_a_node_without_the_image_is_a_clear_error(cluster: LocalRayCluster, runtime: EnvRuntime):
-    missing = EnvRuntime(runtime.env, build_result=runtime.build)
-    missing.backend.image = "sha256:" + "0" * 64  # an image no engine has
+    missing = EnvRuntime(runtime.env, build_result=dataclasses.replace(runtime.build, image_id="sha256:" + "0" * 64))  # no engine has it
     with pytest.raises(UserError, match="not in the Docker engine of node") as e:
         RayRollouts(missing, [], address=cluster.address).start()
     assert "envkit build" in e.value.hint
