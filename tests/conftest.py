@@ -9,13 +9,24 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYFIX = ROOT / "environments" / "pyfix"
+
+
+def envkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, timeout: float = 600,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The envkit CLI in a subprocess of this interpreter, as a user runs it: the test's
+    environment plus ``env``, output captured as text."""
+    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=timeout, input=stdin)
 
 
 @pytest.fixture(autouse=True)

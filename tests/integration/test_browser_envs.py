@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -13,7 +11,7 @@ from envkit.agents import NullAgent, OracleAgent, run_episode
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 
-from ..conftest import ROOT
+from ..conftest import ROOT, envkit
 from .conftest import TEST_LABEL
 
 
@@ -22,11 +20,6 @@ def tracker(client) -> EnvRuntime:
     rt = EnvRuntime(load_environment(ROOT / "environments" / "issuetracker"), client=client)
     rt.backend.labels.update(TEST_LABEL)
     return rt
-
-
-def envkit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ), timeout=900)
 
 
 def test_validate_issuetracker_via_cli():

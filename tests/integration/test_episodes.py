@@ -1,9 +1,6 @@
 """Episodes end to end through the CLI and the library, with each outcome class."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +9,8 @@ from envkit.agents import NullAgent, OracleAgent, ShellAgent, run_episode
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 
-from ..conftest import ROOT
+from ..conftest import ROOT, envkit
 from .conftest import TEST_LABEL
-
-
-def envkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True,
-                          cwd=cwd, env=dict(os.environ), timeout=600)
 
 
 def edit_spec(env_dir: Path, old: str, new: str) -> None:

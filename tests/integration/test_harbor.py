@@ -4,9 +4,7 @@ write themselves (tests/harbor_tasks.py), built from their own Dockerfiles on th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +16,9 @@ from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from envkit.validate import validate
 
-from ..conftest import ROOT
+from ..conftest import ROOT, envkit
 from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
 from .conftest import TEST_LABEL
-
-
-def envkit(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=cwd,
-                          env=dict(os.environ), timeout=600)
 
 
 def base_map_args(client: Any) -> list[str]:

@@ -1,11 +1,8 @@
 import json
-import os
-import subprocess
-import sys
 
 from envkit.sandbox.pool import WarmPool
 
-from ..conftest import ROOT
+from ..conftest import envkit
 
 
 def test_warm_pool_with_real_sandboxes(pyfix_runtime, client):
@@ -26,8 +23,7 @@ def test_warm_pool_with_real_sandboxes(pyfix_runtime, client):
 
 
 def test_bench_sandbox_prints_table_and_json(pyfix_runtime):
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "bench", "sandbox", "-n", "5", "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=600)
+    proc = envkit("bench", "sandbox", "-n", "5", "--json", timeout=600)
     assert proc.returncode in (0, 1), proc.stderr  # 1 = a target missed (reported, not hidden)
     data = json.loads(proc.stdout)
     rows = {r["metric"]: r for r in data["rows"]}

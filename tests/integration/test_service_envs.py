@@ -4,11 +4,8 @@ forward, and network isolation, with a real Docker engine."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from envkit.runtime import EnvRuntime
 from envkit.sandbox.forward import PortForward
 from envkit.spec import load_environment
 
-from ..conftest import ROOT
+from ..conftest import ROOT, envkit
 from .conftest import TEST_LABEL
 
 SUPPORTDESK = ROOT / "environments" / "supportdesk"
@@ -46,8 +43,7 @@ def runtime_for(path: Path, client) -> EnvRuntime:
 
 
 def test_validate_supportdesk_via_cli():
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "validate", "environments/supportdesk", "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=600)
+    proc = envkit("validate", "environments/supportdesk", "--json", timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and len(report["tasks"]) >= 15 and report["determinism"]["ok"]
@@ -205,17 +201,14 @@ def test_sandbox_reaches_neither_internet_nor_host_nor_other_sandboxes(desk):
 
 def test_init_api_scaffold_builds_and_validates(tmp_path):
     folder = tmp_path / "notes"
-    run = lambda *a: subprocess.run([sys.executable, "-m", "envkit.cli.app", *a], capture_output=True, text=True,  # noqa: E731
-                                    cwd=ROOT, env=dict(os.environ), timeout=600)
-    assert run("init", str(folder), "--kind", "api").returncode == 0
-    proc = run("validate", str(folder))
+    assert envkit("init", str(folder), "--kind", "api").returncode == 0
+    proc = envkit("validate", str(folder))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS: 2/2 tasks" in proc.stdout
 
 
 def test_bench_reset_reports_each_kind():
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "bench", "reset", "-n", "5", "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=600)
+    proc = envkit("bench", "reset", "-n", "5", "--json", timeout=600)
     rows = {r["kind"]: r for r in json.loads(proc.stdout)["rows"]}
     assert {"repo", "api", "website"} <= set(rows)
     assert all(r["same_hash"] and r["p50_ms"] > 0 for r in rows.values())

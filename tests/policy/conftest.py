@@ -3,9 +3,6 @@ serving it, shared by the module's tests (marker `vllm`)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,14 +10,13 @@ import pytest
 
 from rl_runner.policy.server import VLLMServer
 
-from ..conftest import ROOT
+from ..conftest import envkit
 
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models") / "tiny"
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "model", "tiny", str(folder), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=300)
+    proc = envkit("model", "tiny", str(folder), "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr
     return folder
 

@@ -5,23 +5,18 @@ belong to the benchmark's own run, docs/bench.md)."""
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT
+from ..conftest import envkit
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 
 
-def _cli(*args: str, timeout: int = 1500) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ), timeout=timeout)
-
+_cli = functools.partial(envkit, timeout=1500)  # the CLI, with room for a benchmark run
 
 @pytest.mark.timeout(1800)
 def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from ..conftest import ROOT
+from ..conftest import envkit
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker]
 
 
 def test_rollout_cli_writes_every_trajectory_once(server, tiny, tmp_path):
     out = tmp_path / "t.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "rollout", "environments/pyfix", "--model", str(tiny),
-                           "-n", "6", "-c", "3", "--group-size", "2", "--max-tokens", "48", "--policy-url", server.url,
-                           "--out", str(out), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    proc = envkit("rollout", "environments/pyfix", "--model", str(tiny), "-n", "6", "-c", "3", "--group-size", "2",
+                  "--max-tokens", "48", "--policy-url", server.url, "--out", str(out), "--json", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -43,13 +38,11 @@ def test_rollout_runs_an_imported_harbor_environment(server, tiny, tmp_path):
     write_harbor_tasks(tmp_path / "src")
     tag = find_base().tag
     mapping = [a for image in UNPULLABLE for a in ("--base-map", f"{image}={tag}")]
-    imported = subprocess.run([sys.executable, "-m", "envkit.cli.app", "import", "harbor", str(tmp_path / "src"), "--out",
-                               str(tmp_path / "env"), *mapping], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    imported = envkit("import", "harbor", str(tmp_path / "src"), "--out", str(tmp_path / "env"), *mapping, timeout=120)
     assert imported.returncode == 0, imported.stderr
     out = tmp_path / "t.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "rollout", str(tmp_path / "env"), "--model", str(tiny),
-                           "-n", "10", "-c", "4", "--max-tokens", "32", "--policy-url", server.url, "--out", str(out), "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    proc = envkit("rollout", str(tmp_path / "env"), "--model", str(tiny), "-n", "10", "-c", "4", "--max-tokens", "32",
+                  "--policy-url", server.url, "--out", str(out), "--json", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 10 and len({r["task_id"] for r in rows}) == 10  # every task once (seed mod n)
@@ -59,9 +52,8 @@ def test_rollout_runs_an_imported_harbor_environment(server, tiny, tmp_path):
 
 
 def test_eval_cli_gives_intervals_that_hold_their_means(server, tiny, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "envkit.cli.app", "eval", "environments/pyfix", "--model", str(tiny),
-                           "-n", "8", "-c", "4", "--max-tokens", "24", "--policy-url", server.url, "--json"],
-                          capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=900)
+    proc = envkit("eval", "environments/pyfix", "--model", str(tiny), "-n", "8", "-c", "4", "--max-tokens", "24",
+                  "--policy-url", server.url, "--json", timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ev = json.loads(proc.stdout)
     assert ev["episodes"] == 8 and ev["scored"] + ev["excluded"] == 8 and ev["sandbox_nodes"] == {"local": 8}
@@ -69,6 +61,5 @@ def test_eval_cli_gives_intervals_that_hold_their_means(server, tiny, tmp_path):
     for row in [ev, *ev["by_task"].values()]:
         lo, hi = row["ci95"]
         assert lo <= row["mean"] <= hi, row
-    bad = subprocess.run([sys.executable, "-m", "envkit.cli.app", "eval", "environments/pyfix", "--model", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    bad = envkit("eval", "environments/pyfix", "--model", str(tmp_path), timeout=120)
     assert bad.returncode == 2 and "not a model folder" in bad.stderr and "Traceback" not in bad.stderr

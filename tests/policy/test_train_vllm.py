@@ -4,10 +4,8 @@ async run of 20 steps each followed by `envkit report` and `envkit doctor`."""
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import pytest
 from rl_runner.metrics import read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
 
-from ..conftest import ROOT
+from ..conftest import ROOT, envkit
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 
@@ -104,10 +102,7 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     assert all(m["failures"]["infra"] == 0 for m in run.metrics)
 
 
-def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ), timeout=timeout)
-
+_cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
 
 def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
     """`envkit train` of the toy recipe, small batches (2 groups of 4, 4 at once), no eval

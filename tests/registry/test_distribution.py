@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -14,15 +12,10 @@ import pytest
 
 from envkit.spec import load_environment
 
-from ..conftest import PYFIX, ROOT
+from ..conftest import PYFIX, envkit
 from .bundles import put
 
 pytestmark = pytest.mark.docker
-
-
-def envkit(env: dict[str, str], *args: str, cwd: Path = ROOT, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600, input=stdin)
 
 
 def unique_pyfix(tmp_path: Path, name: str) -> Path:
@@ -37,28 +30,28 @@ def unique_pyfix(tmp_path: Path, name: str) -> Path:
 
 def test_login_publish_search_pull_run(registry, cli_env, tmp_path):
     env = {k: v for k, v in cli_env.items() if k != "ENVKIT_TOKEN"}
-    login = envkit(env, "login", registry.url, "--token", "-", stdin=registry.token + "\n")
+    login = envkit("login", registry.url, "--token", "-", stdin=registry.token + "\n", env=env)
     assert login.returncode == 0, login.stderr
     assert "as alice" in login.stdout
     creds = Path(env["XDG_CONFIG_HOME"]) / "envkit" / "credentials.json"
     assert creds.stat().st_mode & 0o777 == 0o600
 
     folder = unique_pyfix(tmp_path, "remote-pyfix")
-    pub = envkit(env, "publish", str(folder), "--json")
+    pub = envkit("publish", str(folder), "--json", env=env)
     assert pub.returncode == 0, pub.stderr
     published = json.loads(pub.stdout)
     assert published["created"] and published["ref"] == "envkit/remote-pyfix@1.0.0"
-    again = json.loads(envkit(env, "publish", str(folder), "--json").stdout)
+    again = json.loads(envkit("publish", str(folder), "--json", env=env).stdout)
     assert again["created"] is False and again["image_id"] == published["image_id"]
 
-    found = json.loads(envkit(env, "search", "remote", "--json").stdout)
+    found = json.loads(envkit("search", "remote", "--json", env=env).stdout)
     assert found["count"] == 1 and found["data"][0]["full_name"] == "envkit/remote-pyfix"
 
     # Pull on a "fresh" machine: remove the local image, then pull rebuilds and verifies it.
     import docker
 
     docker.from_env().images.remove(published["image_id"], force=True)
-    pulled = envkit(env, "pull", "envkit/remote-pyfix", "--json")
+    pulled = envkit("pull", "envkit/remote-pyfix", "--json", env=env)
     assert pulled.returncode == 0, pulled.stderr
     result = json.loads(pulled.stdout)
     assert result["image_id"] == published["image_id"] and result["source"] == "rebuilt"
@@ -66,7 +59,7 @@ def test_login_publish_search_pull_run(registry, cli_env, tmp_path):
     assert load_environment(result["folder"]).ref == "envkit/remote-pyfix@1.0.0"
 
     # run/validate accept registry refs: from a folder with no local environments at all.
-    run = envkit(env, "run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json", cwd=tmp_path)
+    run = envkit("run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json", cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0
 

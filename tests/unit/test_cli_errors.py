@@ -1,18 +1,11 @@
 """Bad input: one clear message saying what to do, exit code 2, no traceback."""
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from ..conftest import ROOT
-
-
-def envkit(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, **(env or {})}, timeout=120)
+from ..conftest import envkit
 
 
 def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
