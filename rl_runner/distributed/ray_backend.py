@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import EpisodeFailure, FailureCategory, InfraFailure, ModelFailure, UserError, VerifierFailure
+from envkit.extras import require
 from envkit.images import BuildResult
 from envkit.runtime import EnvRuntime
 from envkit.sandbox import ExecResult, ResetResult, SandboxLimits
@@ -71,11 +72,9 @@ _FAILURES = {c.value: cls for c, cls in ((FailureCategory.INFRA, InfraFailure), 
 
 
 def require_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UserError("the Ray backend needs the `ray` package, which is not installed",
-                        "install it: pip install 'envkit[ray]' (scripts/setup.sh does)") from None
+    require("ray", "the Ray backend")
+    import ray
+
     return ray
 
 
