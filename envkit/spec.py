@@ -166,11 +166,12 @@ class LimitsSection(_Strict):
     max_generated_tokens: int = Field(default=4096, ge=16, le=1_000_000)  # model tokens per episode
 
 
-ToolName = Literal["bash", "edit_file", "http", "browser"]
+# The tools envkit implements (envkit/runtime.py's TOOL_ARGUMENTS); the agent edits files with bash.
+ToolName = Literal["bash", "http", "browser"]
 
 
 def _default_tools() -> list[ToolName]:
-    return ["bash", "edit_file"]
+    return ["bash"]
 
 
 class ToolsSection(_Strict):
@@ -245,7 +246,7 @@ _FIXES: dict[str, str] = {
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
     "limits.network": 'use network = "none" (default) or "bridge"',
-    "tools.enabled": 'choose among "bash", "edit_file", "http" and "browser"',
+    "tools.enabled": 'choose among "bash", "http" and "browser" (there is no edit_file tool: the agent edits files with bash)',
     "state.service.port": "use a port from 1024 to 65535 that the service listens on (127.0.0.1 inside the sandbox)",
     "state.database.fixture": "give the .sql file that creates and fills the database, relative to envkit.toml",
     "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
@@ -424,8 +425,8 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
             if set(spec.tools.enabled) != {"bash"}:
                 problems.append(Problem("tools.enabled", "a container environment offers the bash tool only",
                                         'use tools.enabled = ["bash"]'))
-        elif tools & {"bash", "edit_file"} and spec.state.repo is None:
-            problems.append(Problem("tools.enabled", "bash and edit_file work in a repository",
+        elif "bash" in tools and spec.state.repo is None:
+            problems.append(Problem("tools.enabled", "the bash tool works in a repository",
                                     'add [state] repo = {…}, or use tools.enabled = ["http"] / ["browser"]'))
         tasks_path = root / spec.tasks.file
         if not tasks_path.is_file():

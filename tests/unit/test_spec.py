@@ -140,3 +140,18 @@ def test_path_fields_accept_folders_with_a_trailing_slash(pyfix_copy: Path):
     env = load_environment(_with_spec(pyfix_copy, 'repo = { path = "repo" }', 'repo = { path = "repo/" }'))
     assert env.spec.image.files == ["verify", "oracle"] and env.spec.state.repo is not None and env.spec.state.repo.path == "repo"
 
+
+def test_a_tool_envkit_does_not_implement_is_refused_with_the_ones_it_does(pyfix_copy: Path):
+    problems = _problems(_with_spec(pyfix_copy, 'enabled = ["bash"]', 'enabled = ["bash", "edit_file"]'))
+    assert set(problems) == {"tools.enabled[1]"}
+    assert "'bash', 'http' or 'browser'" in problems["tools.enabled[1]"] and "no edit_file tool" in problems["tools.enabled[1]"]
+
+
+def test_the_spec_offers_exactly_the_tools_the_runtime_implements():
+    from typing import get_args
+
+    from envkit.runtime import TOOL_ARGUMENTS
+    from envkit.spec import ToolName, ToolsSection
+
+    assert set(get_args(ToolName)) == set(TOOL_ARGUMENTS) - {"answer"}  # answer is always offered, never enabled
+    assert ToolsSection().enabled == ["bash"]
