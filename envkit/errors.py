@@ -9,7 +9,8 @@ Every exception envkit raises derives from one root, :class:`EnvkitError`::
     │   ├── EnvNotFoundError       no environment at that path / ref
     │   ├── TaskNotFoundError      no task with that id (names the close ones)
     │   ├── DockerUnavailableError the Docker engine does not answer
-    │   └── BaseImageMissingError  the pinned base image is not in the local engine
+    │   ├── BaseImageMissingError  the pinned base image is not in the local engine
+    │   └── MissingExtraError      a command needs an optional dependency (names the extra)
     ├── BuildError                 image assembly failed for a reason that is not the input
     └── EpisodeFailure             an episode ended abnormally; carries ``outcome``
         ├── InfraFailure           caused by the infrastructure: retry on a fresh sandbox,
@@ -51,6 +52,7 @@ __all__ = [
     "EpisodeFailure",
     "FailureCategory",
     "InfraFailure",
+    "MissingExtraError",
     "ModelFailure",
     "Outcome",
     "Problem",
@@ -133,6 +135,17 @@ class DockerUnavailableError(UserError):
 
 class BaseImageMissingError(UserError):
     """The base image an environment is pinned to is not in the local engine."""
+
+
+class MissingExtraError(UserError):
+    """``what`` needs ``modules``, which the optional dependency group ``extra`` installs
+    (raised by :func:`envkit.extras.require`)."""
+
+    def __init__(self, what: str, extra: str, modules: list[str], message: str, hint: str) -> None:
+        super().__init__(message, hint)
+        self.what = what
+        self.extra = extra
+        self.modules = modules
 
 
 class BuildError(EnvkitError):

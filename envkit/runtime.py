@@ -4,7 +4,8 @@ An :class:`EnvRuntime` holds one built environment (its image and sandbox backen
 :class:`Episode` runs on one sandbox: ``reset(seed)`` → ``step(command)``… → ``verify()``.
 Every way an episode can end is classified per :mod:`envkit.errors`.
 
-Verification is where the reward is decided, so it keeps two rules (DESIGN.md, lesson 7):
+Verification decides the reward, and RL optimises what the verifier measures (a forgeable
+verifier trains forgers), so it keeps two rules (docs/architecture.md, "Failure attribution"):
 
 * **The trust boundary.** The verifier runs as its own user, which cannot read the agent's
   workspace; in a repository environment the runtime starts the call server as the *agent*

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from envkit.errors import EnvNotFoundError, Problem, SpecError, TaskNotFoundError
 from envkit.refs import NAME_RE, is_semver
@@ -59,19 +59,23 @@ class EnvironmentSection(_Strict):
         return v
 
 
-def _relative_path(v: str) -> str:
-    p = PurePosixPath(v)
-    if not v or p.is_absolute() or ".." in p.parts or "\\" in v:
-        raise ValueError(f"`{v}` must be a relative path inside the environment folder")
-    return v
+def _inside_environment(v: str) -> str:
+    """The one rule for every path the spec names (image files, state folders and fixture, the
+    task file, oracles, container task folders): relative to the environment folder and inside
+    it, so no absolute path, no `..` part, no backslash; a folder's trailing `/` is dropped."""
+    path = v.rstrip("/")
+    parts = PurePosixPath(path).parts
+    if not path or path.startswith("/") or ".." in parts or "\\" in path or "\0" in path:
+        raise ValueError(f"`{v}` must be a relative path inside the environment folder (no leading /, no ..)")
+    return path
 
 
-RelPath = Annotated[str, Field(min_length=1)]
+EnvPath = Annotated[str, AfterValidator(_inside_environment)]
 
 
 class ImageSection(_Strict):
     base: str = BASE_IMAGE_NAME
-    files: list[RelPath] = Field(default_factory=list)
+    files: list[EnvPath] = Field(default_factory=list)
     # "envkit": one reproducible image assembled on the base (the default). "dockerfile": each
     # task's own Dockerfile (a container environment, e.g. imported Harbor tasks), built by the
     # engine: a declared non-reproducible build whose image IDs envkit.lock records.
@@ -89,26 +93,14 @@ class ImageSection(_Strict):
             raise ValueError(f"`{digest}` is not a sha256 digest")
         return v
 
-    @field_validator("files")
-    @classmethod
-    def _files(cls, v: list[str]) -> list[str]:
-        for item in v:
-            _relative_path(item.rstrip("/"))
-        return v
-
     @property
     def pinned_digest(self) -> str | None:
         return self.base.partition("@")[2] or None
 
 
 class RepoState(_Strict):
-    path: RelPath
+    path: EnvPath
     commit: str | None = None
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        return _relative_path(v.rstrip("/"))
 
     @field_validator("commit")
     @classmethod
@@ -121,30 +113,25 @@ class RepoState(_Strict):
 class ServiceState(_Strict):
     """A service the environment runs inside the sandbox (as the `service` user)."""
 
-    path: RelPath  # folder with the service's files, copied to /seed/app
+    path: EnvPath  # folder with the service's files, copied to /seed/app
     command: str = Field(min_length=1)  # run in /seed/app, e.g. "python3 server.py"
     port: int = Field(ge=1024, le=65535)  # it listens on 127.0.0.1:port inside the sandbox
     health: str = Field(default="/health", pattern=r"^/")
     startup_timeout_s: float = Field(default=20, gt=0, le=300)
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        return _relative_path(v.rstrip("/"))
 
 
 class DatabaseState(_Strict):
     """A SQLite database restored from a SQL fixture at every reset; the service finds it
     at $ENVKIT_DB."""
 
-    fixture: RelPath
+    fixture: EnvPath
 
     @field_validator("fixture")
     @classmethod
     def _fixture(cls, v: str) -> str:
         if not v.endswith(".sql"):
             raise ValueError(f"`{v}` is not a .sql file")
-        return _relative_path(v)
+        return v
 
 
 class StateSection(_Strict):
@@ -154,7 +141,7 @@ class StateSection(_Strict):
 
 
 class TasksSection(_Strict):
-    file: RelPath = "tasks.jsonl"
+    file: EnvPath = "tasks.jsonl"
 
 
 class VerifierSection(_Strict):
@@ -179,11 +166,12 @@ class LimitsSection(_Strict):
     max_generated_tokens: int = Field(default=4096, ge=16, le=1_000_000)  # model tokens per episode
 
 
-ToolName = Literal["bash", "edit_file", "http", "browser"]
+# The tools envkit implements (envkit/runtime.py's TOOL_ARGUMENTS); the agent edits files with bash.
+ToolName = Literal["bash", "http", "browser"]
 
 
 def _default_tools() -> list[ToolName]:
-    return ["bash", "edit_file"]
+    return ["bash"]
 
 
 class ToolsSection(_Strict):
@@ -209,7 +197,7 @@ class ContainerTask(_Strict):
     to /tests after the agent's phase and ``tests/test.sh`` writes /logs/verifier/reward.txt
     or reward.json; ``<path>/solution/solve.sh`` is the oracle."""
 
-    path: RelPath  # the task's folder inside the environment
+    path: EnvPath  # the task's folder inside the environment
     image: str | None = None  # a prebuilt local image instead of environment/Dockerfile
     agent_timeout_s: float = Field(default=600, gt=0, le=86400)
     verifier_timeout_s: float = Field(default=120, gt=0, le=86400)
@@ -221,11 +209,6 @@ class ContainerTask(_Strict):
     agent_user: str = "root"
     verifier_user: str = "root"
 
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        return _relative_path(v.rstrip("/"))
-
 
 class Task(_Strict):
     """One line of the task file."""
@@ -233,7 +216,7 @@ class Task(_Strict):
     id: str
     instruction: str = Field(min_length=1)
     difficulty: Literal["easy", "medium", "hard"] = "medium"
-    oracle: RelPath
+    oracle: EnvPath
     params: dict[str, Any] = Field(default_factory=dict)
     container: ContainerTask | None = None  # container environments only
 
@@ -243,11 +226,6 @@ class Task(_Strict):
         if not NAME_RE.match(v) or len(v) > 64:
             raise ValueError(f"`{v}` is not a task id")
         return v
-
-    @field_validator("oracle")
-    @classmethod
-    def _oracle(cls, v: str) -> str:
-        return _relative_path(v)
 
 
 # Fixes for the fields users get wrong most; the rest fall back to the type's hint.
@@ -261,11 +239,14 @@ _FIXES: dict[str, str] = {
     "image.files": "list paths relative to the environment folder, e.g. files = [\"repo\", \"verify\"]",
     "image.build": 'use build = "envkit" (the default) or, for kind = "container", build = "dockerfile"',
     "state.repo.path": "name the folder that holds the repository, relative to envkit.toml",
+    "state.service.path": "name the folder that holds the service's files, relative to envkit.toml",
+    "tasks.file": 'give the task file\'s path relative to envkit.toml, e.g. file = "tasks.jsonl"',
+    "container.path": "give the task's folder relative to envkit.toml, e.g. \"tasks/<id>\"",
     "state.repo.commit": "give the full 40-hex commit id that `envkit build` prints, or remove the line",
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
     "limits.network": 'use network = "none" (default) or "bridge"',
-    "tools.enabled": 'choose among "bash", "edit_file", "http" and "browser"',
+    "tools.enabled": 'choose among "bash", "http" and "browser" (there is no edit_file tool: the agent edits files with bash)',
     "state.service.port": "use a port from 1024 to 65535 that the service listens on (127.0.0.1 inside the sandbox)",
     "state.database.fixture": "give the .sql file that creates and fills the database, relative to envkit.toml",
     "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
@@ -286,7 +267,7 @@ def _problems_from(err: ValidationError, prefix: str = "") -> list[Problem]:
     problems = []
     known_fields: list[str] = []
     for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"])
+        loc = "".join(f"[{x}]" if isinstance(x, int) else f".{x}" for x in e["loc"]).removeprefix(".")  # image.files[2]
         key = ".".join(str(x) for x in e["loc"] if not isinstance(x, int))
         fix = _FIXES.get(key) or _TYPE_FIXES.get(e["type"], "see docs/spec.md for the allowed values")
         if e["type"] == "extra_forbidden":
@@ -444,8 +425,8 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
             if set(spec.tools.enabled) != {"bash"}:
                 problems.append(Problem("tools.enabled", "a container environment offers the bash tool only",
                                         'use tools.enabled = ["bash"]'))
-        elif tools & {"bash", "edit_file"} and spec.state.repo is None:
-            problems.append(Problem("tools.enabled", "bash and edit_file work in a repository",
+        elif "bash" in tools and spec.state.repo is None:
+            problems.append(Problem("tools.enabled", "the bash tool works in a repository",
                                     'add [state] repo = {…}, or use tools.enabled = ["http"] / ["browser"]'))
         tasks_path = root / spec.tasks.file
         if not tasks_path.is_file():

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from envkit.extras import require
+
 __all__ = ["BlobStore", "FilesystemStore", "S3Store", "make_store"]
 
 CHUNK = 1 << 20
@@ -88,7 +90,8 @@ class S3Store:
     """Blobs in an S3-compatible bucket (``s3://bucket/prefix``), keys ``prefix/sha256/<hex>``."""
 
     def __init__(self, url: str, *, endpoint_url: str | None = None, tmp_dir: Path | None = None) -> None:
-        import boto3  # optional dependency: pip install 'envkit[s3]'
+        require("s3", "an s3:// blob store (ENVKIT_REGISTRY_STORAGE_DIR)")
+        import boto3
 
         rest = url.removeprefix("s3://")
         self.bucket, _, self.prefix = rest.partition("/")

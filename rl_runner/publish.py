@@ -1,4 +1,4 @@
-"""Weight publication into a running vLLM through its RL endpoints (DESIGN.md).
+"""Weight publication into a running vLLM through its RL endpoints (docs/train.md).
 
 For version ``v``: the trainer writes ``ROOT/v{v:06d}`` (a new folder every time, renamed into
 place when complete), the folder is checked against the served model's tensor names and

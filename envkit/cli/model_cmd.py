@@ -8,6 +8,7 @@ import typer
 
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
+from envkit.extras import require
 
 model_app = typer.Typer(no_args_is_help=True, help="Local models for tests and demos (no download).")
 
@@ -23,10 +24,9 @@ def tiny(
     """Write a tiny random-init Qwen2-shaped model with a locally trained tokenizer."""
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise UserError(f"`{folder}` already exists and is not empty; nothing was written", "choose a new folder")
-    try:
-        from rl_runner.policy.tiny import TinySpec, write_tiny_model
-    except ImportError as e:
-        raise UserError(f"the model tools are not installed ({e.name})", "install them: pip install -e '.[cpu]' (or '.[gpu]')") from None
+    require("cpu", "`envkit model tiny`", "torch", "transformers", "tokenizers", "safetensors")
+    from rl_runner.policy.tiny import TinySpec, write_tiny_model
+
     info = write_tiny_model(folder, TinySpec(seed=seed), warmup_steps=warmup_steps)
     if as_json:
         print_json({"folder": str(folder), **info})

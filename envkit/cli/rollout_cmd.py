@@ -12,6 +12,7 @@ from rich.table import Table
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
+from envkit.extras import require
 from envkit.runtime import EnvRuntime
 
 
@@ -34,17 +35,16 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Collect N trajectories with a vLLM policy; write them as JSONL; print a summary."""
-        try:
-            from transformers import AutoTokenizer
+        require("train", "`envkit rollout`", "transformers")  # vLLM: when a server starts (VLLMServer.start)
+        from transformers import AutoTokenizer
 
-            from rl_runner.distributed.rollouts import open_rollouts
-            from rl_runner.policy.client import PolicyClient, SamplingParams
-            from rl_runner.policy.router import Router
-            from rl_runner.policy.server import VLLMServer
-            from rl_runner.rollout.runner import collect, plan, summarize
-            from rl_runner.rollout.trajectory import write_jsonl
-        except ImportError as e:
-            raise UserError(f"the RL runner is not installed ({e.name})", "pip install -e '.[cpu]' (or '.[gpu]')") from None
+        from rl_runner.distributed.rollouts import open_rollouts
+        from rl_runner.policy.client import PolicyClient, SamplingParams
+        from rl_runner.policy.router import Router
+        from rl_runner.policy.server import VLLMServer
+        from rl_runner.rollout.runner import collect, plan, summarize
+        from rl_runner.rollout.trajectory import write_jsonl
+
         if not (model / "config.json").is_file():
             raise UserError(f"`{model}` is not a model folder (no config.json)", "create one with `envkit model tiny DIR`")
         runtime = EnvRuntime(resolve_environment(env))

@@ -6,7 +6,7 @@ import typer
 
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console
-from envkit.errors import UserError
+from envkit.extras import require
 
 
 def register(app: typer.Typer) -> None:
@@ -23,14 +23,11 @@ def register(app: typer.Typer) -> None:
         max_turns: int = typer.Option(None, "--max-turns", min=1, help="Steps per episode (default: the spec's max_turns)."),
     ) -> None:
         """Serve an environment to OpenEnv clients (TRL, SkyRL, torchforge, GenericEnvClient)."""
-        try:
-            import uvicorn
+        require("openenv", "`envkit serve`")
+        import uvicorn  # openenv-core's own dependency
 
-            from envkit.serve import create_app
-        except ImportError as e:
-            raise UserError(f"envkit serve needs the openenv extra ({e.name} is missing)",
-                            "pip install 'envkit[openenv]' (scripts/setup.sh installs it)") from None
         from envkit.runtime import EnvRuntime
+        from envkit.serve import create_app
 
         loaded = resolve_environment(env)
         if task is not None:

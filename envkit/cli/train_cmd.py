@@ -1,4 +1,9 @@
-"""`envkit train RECIPE.yaml`, `envkit report RUN_DIR`, `envkit doctor RUN_DIR`, `envkit eval ENV`."""
+"""`envkit train RECIPE.yaml`, `envkit report RUN_DIR`, `envkit doctor RUN_DIR`, `envkit eval ENV`.
+
+What each needs beyond the core (envkit/extras.py): train the `train` extra and torch (the `cpu`
+or `gpu` extra, which bring vLLM too; a run with `policy_url` needs no local vLLM); report
+matplotlib; eval the tokenizer (transformers), and vLLM unless --policy-url; doctor nothing.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,7 @@ from rich.table import Table
 
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
-
-
-def _runner() -> None:
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        import yaml  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"the RL runner is not installed ({e.name})", "pip install -e '.[cpu]' (or '.[gpu]')") from None
+from envkit.extras import require
 
 
 def _fmt(x: Any, spec: str = ".3g") -> str:
@@ -80,7 +77,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document at the end."),
     ) -> None:
         """Train a policy with RL on environments (GRPO; sync or async), then report and check it."""
-        _runner()
+        require("train", "`envkit train`")
+        require("cpu", "`envkit train`", "torch")  # vLLM: when a server starts (VLLMServer.start)
         from rl_runner.recipes.config import load_recipe
         from rl_runner.recipes.grpo import train
         from rl_runner.report import write_report
@@ -114,7 +112,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Write PNG plots (reward, TTB, batch assembly, staleness KL, mismatch KL, failure rates) and print a summary table."""
-        _runner()
+        require("train", "`envkit report`", "matplotlib")
         from rl_runner.report import write_report
 
         summary = write_report(run_dir)
@@ -130,7 +128,6 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """The six readiness checks before scaling, measured from a run."""
-        _runner()
         if as_json:
             from rl_runner.doctor import run_checks
 
@@ -151,7 +148,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Mean reward with a 95% confidence interval (bootstrap), overall and per task."""
-        _runner()
+        require("train", "`envkit eval`", "transformers")
         from transformers import AutoTokenizer
 
         from envkit.catalog import resolve_environment

@@ -1,8 +1,9 @@
 """Sandboxes: where an agent's commands run.
 
-:class:`Sandbox` is the protocol every backend implements; :mod:`envkit.sandbox.docker`
-is the Docker backend (its docstring states the threat model) and
-:mod:`envkit.sandbox.pool` keeps a warm pool of them.
+:class:`Sandbox` is the protocol every backend implements; :mod:`envkit.sandbox.docker_backend`
+is the Docker backend (its docstring states the threat model), :mod:`envkit.sandbox.container`
+the one for container environments (a task's own image), and :mod:`envkit.sandbox.pool` keeps a
+warm pool of them.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import shutil
 from typing import Any
 
 from envkit.errors import InfraFailure
+from envkit.extras import require
 from envkit.sandbox.docker_backend import DockerSandbox
 from envkit.sandbox.forward import PortForward
 
@@ -62,6 +63,7 @@ class BrowserSession:
     """One headless Chromium page pointed at one sandbox's service."""
 
     def __init__(self, sandbox: DockerSandbox, *, executable: str | None = None) -> None:
+        require("browser", "the browser tool (website environments)")
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
 

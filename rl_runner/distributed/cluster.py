@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import UserError
+from envkit.extras import require
 
 __all__ = ["HOST_RESOURCE", "LocalRayCluster", "require_ray"]
 
@@ -21,11 +22,9 @@ HOST_RESOURCE = "envkit_sandbox_host"
 
 
 def require_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UserError("the Ray backend needs the `ray` package, which is not installed",
-                        "install it: pip install 'envkit[ray]' (scripts/setup.sh does)") from None
+    require("ray", "the Ray backend")
+    import ray
+
     return ray
 
 

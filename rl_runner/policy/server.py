@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from envkit.errors import InfraFailure
+from envkit.extras import require
 
 __all__ = ["VLLMServer", "has_cuda"]
 
@@ -84,6 +85,7 @@ class VLLMServer:
         return env
 
     def start(self, timeout: float = 300) -> VLLMServer:
+        require("cpu", "a local vLLM server (the alternative: a running one, --policy-url / policy_url)", "vllm")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=log,

@@ -1,7 +1,7 @@
 """The GRPO recipe, top to bottom: setup → (collect → measure → admit → train → publish →
 probe) × steps → evaluate → cleanup. ``envkit train RECIPE.yaml`` calls :func:`train`.
 
-Modes (DESIGN.md, lesson 6):
+Modes (sync is the simple one and always available; async admits by measured staleness):
 
 * ``sync``: collect a batch with the current weights, train one step, publish, repeat. Every
   sample is on-policy (version lag 0), so its KL to the trainer is the numerical mismatch.

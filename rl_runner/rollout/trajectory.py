@@ -1,4 +1,4 @@
-"""The trajectory record: the contract between runner, trainer and registry (DESIGN.md).
+"""The trajectory record: the contract between runner, trainer and registry (docs/rollout.md).
 
 Token streams are aligned: ``completion_token_ids``, ``logprobs``, ``weight_versions`` and
 ``loss_mask`` have one entry per token after the prompt. Model tokens have mask 1, their

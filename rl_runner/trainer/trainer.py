@@ -1,6 +1,7 @@
 """The trainer: a transformers causal LM, AdamW, one optimizer step per batch.
 
-Numerics are aligned with the rollout side first (DESIGN.md, lesson 4): the trainer runs in
+Numerics are aligned with the rollout side first (vLLM's log-probs and the trainer's differ even
+with identical weights; the recipe measures that mismatch every step, docs/train.md): the trainer runs in
 the same dtype as vLLM (float32 on CPU) and computes log-probs *after the same sampling
 transform* vLLM applied (``log_softmax(logits / temperature)``; top-p/top-k are not used by
 the runner, so vLLM's processed log-probs are exactly that). Raw log-probs at a temperature

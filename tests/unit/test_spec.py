@@ -92,3 +92,66 @@ def test_unknown_task_suggests_close_one():
     with pytest.raises(TaskNotFoundError) as info:
         env.task("fix-medain")
     assert "Did you mean `fix-median`?" in info.value.message
+
+
+ESCAPES = ["../../etc/passwd.sql", "/etc/passwd.sql", "oracle/../../outside.sql", "oracle\\..\\x.sql", "/"]
+
+
+def _with_spec(pyfix_copy: Path, old: str, new: str) -> Path:
+    spec = pyfix_copy / "envkit.toml"
+    text = spec.read_text()
+    assert old in text
+    spec.write_text(text.replace(old, new))
+    return pyfix_copy
+
+
+def _with_task(pyfix_copy: Path, **fields: object) -> Path:
+    path = pyfix_copy / "tasks.jsonl"
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), **fields})
+    path.write_text("\n".join(lines) + "\n")
+    return pyfix_copy
+
+
+# Every path field of the spec, and how to put a value into it (the field path the problem names).
+PATH_FIELDS = {
+    "image.files[2]": lambda env, bad: _with_spec(env, 'files = ["verify", "oracle"]', f'files = ["verify", "oracle", {json.dumps(bad)}]'),
+    "state.repo.path": lambda env, bad: _with_spec(env, 'repo = { path = "repo" }', f"repo = {{ path = {json.dumps(bad)} }}"),
+    "state.service.path": lambda env, bad: _with_spec(
+        env, 'repo = { path = "repo" }', f'repo = {{ path = "repo" }}\nservice = {{ path = {json.dumps(bad)}, command = "x", port = 8080 }}'),
+    "state.database.fixture": lambda env, bad: _with_spec(env, 'repo = { path = "repo" }',
+                                                          f'repo = {{ path = "repo" }}\ndatabase = {{ fixture = {json.dumps(bad)} }}'),
+    "tasks.file": lambda env, bad: _with_spec(env, 'file = "tasks.jsonl"', f"file = {json.dumps(bad)}"),
+    "tasks.jsonl:1.oracle": lambda env, bad: _with_task(env, oracle=bad),
+    "tasks.jsonl:1.container.path": lambda env, bad: _with_task(env, container={"path": bad}),
+}
+
+
+@pytest.mark.parametrize("bad", ESCAPES)
+@pytest.mark.parametrize("field", sorted(PATH_FIELDS))
+def test_every_path_field_must_stay_inside_the_environment_folder(pyfix_copy: Path, field: str, bad: str):
+    problems = _problems(PATH_FIELDS[field](pyfix_copy, bad))
+    assert field in problems, problems
+    assert "must be a relative path inside the environment folder" in problems[field]
+
+
+def test_path_fields_accept_folders_with_a_trailing_slash(pyfix_copy: Path):
+    _with_spec(pyfix_copy, 'files = ["verify", "oracle"]', 'files = ["verify/", "oracle/"]')
+    env = load_environment(_with_spec(pyfix_copy, 'repo = { path = "repo" }', 'repo = { path = "repo/" }'))
+    assert env.spec.image.files == ["verify", "oracle"] and env.spec.state.repo is not None and env.spec.state.repo.path == "repo"
+
+
+def test_a_tool_envkit_does_not_implement_is_refused_with_the_ones_it_does(pyfix_copy: Path):
+    problems = _problems(_with_spec(pyfix_copy, 'enabled = ["bash"]', 'enabled = ["bash", "edit_file"]'))
+    assert set(problems) == {"tools.enabled[1]"}
+    assert "'bash', 'http' or 'browser'" in problems["tools.enabled[1]"] and "no edit_file tool" in problems["tools.enabled[1]"]
+
+
+def test_the_spec_offers_exactly_the_tools_the_runtime_implements():
+    from typing import get_args
+
+    from envkit.runtime import TOOL_ARGUMENTS
+    from envkit.spec import ToolName, ToolsSection
+
+    assert set(get_args(ToolName)) == set(TOOL_ARGUMENTS) - {"answer"}  # answer is always offered, never enabled
+    assert ToolsSection().enabled == ["bash"]
