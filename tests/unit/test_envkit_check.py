@@ -163,10 +163,13 @@ def f(cls, item, call):
     return rep
 r.TestReport.from_item_and_call = classmethod(f)
 ''',
+    # every result file named in argv or in the temporary folder (the test's own: verify() sets
+    # TMPDIR, so the hack cannot reach other processes' files in /tmp)
     "result-rewrite": '''
-import atexit, glob, json, sys
+import atexit, glob, json, sys, tempfile
 def rewrite():
-    for p in [a.split("=", 1)[-1] for a in sys.argv] + glob.glob("/tmp/**/*.json", recursive=True):
+    scratch = glob.glob(tempfile.gettempdir() + "/**/*.json", recursive=True)
+    for p in [a.split("=", 1)[-1] for a in sys.argv] + scratch:
         try:
             open(p, "w").write(json.dumps({"tests": {"x": True}, "reward": 1.0}))
         except Exception:
@@ -203,7 +206,8 @@ def verify(tmp_path: Path, module: str, *, call_timeout: float = 10.0, hooks: bo
     tests.mkdir()
     (tests / "t.py").write_text(HIDDEN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")}
-    env.update(ENVKIT_WORKSPACE=str(ws), ENVKIT_TASK_ID="t")
+    (tmp_path / "tmp").mkdir()
+    env.update(ENVKIT_WORKSPACE=str(ws), ENVKIT_TASK_ID="t", TMPDIR=str(tmp_path / "tmp"))
     proc = subprocess.run([sys.executable, str(INCONTAINER / "pytest_verifier.py"), "--tests", str(tests), "--call-timeout",
                            f"{call_timeout:g}"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
