@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envkit.errors import EpisodeFailure, FailureCategory, InfraFailure, ModelFailure, UserError, VerifierFailure
+from envkit.errors import EpisodeFailure, FailureCategory, InfraFailure, ModelFailure, UserError, VerifierFailure, format_outcome
 from envkit.images import BuildResult
 from envkit.runtime import EnvRuntime
 from envkit.sandbox import ExecResult, ResetResult, SandboxLimits
@@ -545,10 +545,10 @@ class RayRollouts:
             self.counter.absorb(events, _wall_offset())
             if reply[0] == "err":
                 _, category, kind, _message, evidence = reply[:5]
-                traj = failure_record(describe, f"{category}:{kind}", evidence)
+                traj = failure_record(describe, format_outcome(FailureCategory(category), kind), evidence)
             else:
                 traj = reply[1]
-            if traj.outcome.endswith(":sandbox_host_lost"):
+            if traj.outcome.kind == "sandbox_host_lost":
                 self._host_lost(host)
             traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"], "worker_node": worker_node}
             return traj

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from envkit.catalog import resolve_environment
-from envkit.errors import InfraFailure, UserError
+from envkit.errors import FailureCategory, InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy, Batch
@@ -212,18 +212,18 @@ def _lag(sample: Sample, current: int) -> int:
 
 def _failure_rates(trajs: list[Trajectory]) -> dict[str, Any]:
     n = max(1, len(trajs))
-    kinds = Counter(t.outcome.split(":")[0] for t in trajs)
+    kinds = Counter(t.outcome.category for t in trajs)
     by_env: dict[str, dict[str, int]] = {}
     for t in trajs:
         key = f"{t.env_ref} {t.image_digest[:19]}"
         row = by_env.setdefault(key, {"episodes": 0, "infra_failures": 0, "retries": 0, "first_attempt_failures": 0})
         row["episodes"] += 1
         row["retries"] += t.retries
-        row["infra_failures"] += int(t.excluded and t.outcome.startswith("infra_failure"))
+        row["infra_failures"] += int(t.excluded and t.outcome.category is FailureCategory.INFRA)
         # the first attempt failed as infra or verifier, whether a retry then succeeded or not
-        row["first_attempt_failures"] += int(bool(t.attempts) or t.outcome.startswith(("infra_failure", "verifier_failure")))
+        row["first_attempt_failures"] += int(bool(t.attempts) or t.outcome.is_infra)
     return {"infra": sum(t.excluded for t in trajs) / n, "retried": sum(t.retries > 0 for t in trajs) / n,
-            "model": kinds.get("model_failure", 0) / n, "verifier": kinds.get("verifier_failure", 0) / n,
+            "model": kinds[FailureCategory.MODEL] / n, "verifier": kinds[FailureCategory.VERIFIER] / n,
             "by_env_version": by_env}
 
 

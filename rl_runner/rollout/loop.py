@@ -9,7 +9,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from envkit.errors import InfraFailure, ModelFailure
+from envkit.errors import FailureCategory, InfraFailure, ModelFailure, format_outcome
 from envkit.runtime import EnvRuntime, Episode
 from envkit.spec import Task
 from rl_runner.policy.client import PolicyClient, SamplingParams
@@ -19,7 +19,7 @@ from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABORTED", "OBSERVATION_CAP", "mark_aborted", "run_agent_episode"]
 
-ABORTED = "aborted:straggler"  # the batch assembler cancelled the episode; not a model or infra outcome
+ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")  # the batch assembler cancelled the episode; not a model or infra outcome
 
 OBSERVATION_CAP = 1500  # characters of one observation shown to the model
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from envkit.errors import parse_outcome
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.metrics import pct
@@ -55,7 +56,7 @@ def run_with_retries(runtime: EnvRuntime, spec: EpisodeSpec, *, policy: PolicyCl
     queued = time.monotonic()
 
     def attempt(n: int, failed: list[str]) -> Trajectory:
-        if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
+        if failed and parse_outcome(failed[-1]).kind == "inference_unavailable" and policy_ready is not None:
             deadline = time.monotonic() + ready_timeout_s
             while not policy_ready() and time.monotonic() < deadline:
                 time.sleep(1.0)
