@@ -230,11 +230,11 @@ def pct(values: list[float], p: float, digits: int = 3) -> float | None:
     return round(percentile(values, p), digits) if values else None
 
 
-def distribution(values: list[float]) -> dict[str, float | int | None]:
+def distribution(values: list[float]) -> Distribution:
     if not values:
-        return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "max": None}
-    return {"n": len(values), "mean": mean_or_none(values), "p10": percentile(values, 10), "p50": percentile(values, 50),
-            "p90": percentile(values, 90), "max": max(values)}
+        return Distribution(n=0)
+    return Distribution(n=len(values), mean=mean_or_none(values), p10=percentile(values, 10), p50=percentile(values, 50),
+                        p90=percentile(values, 90), max=max(values))
 
 
 def _scalars(prefix: str, value: Any, out: dict[str, float]) -> None:
@@ -261,14 +261,15 @@ class MetricsLog:
 
             self.writer = SummaryWriter(log_dir=str(run_dir / "tb"))
 
-    def log(self, record: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
+    def log(self, record: StepRecord, histograms: dict[str, list[float]] | None = None) -> None:
+        row = record.to_dict()
         with open(self.path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.write(json.dumps(row, sort_keys=True) + "\n")
         if self.writer is None:
             return
-        step = int(record.get("step", 0))
+        step = record.step
         flat: dict[str, float] = {}
-        _scalars("", {k: v for k, v in record.items() if k != "step"}, flat)
+        _scalars("", {k: v for k, v in row.items() if k != "step"}, flat)
         for k, v in flat.items():
             self.writer.add_scalar(k, v, step)
         for k, values in (histograms or {}).items():

@@ -94,13 +94,13 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "checkpoint_every=0"])
     assert (recipe.steps, recipe.eval.episodes, recipe.eval.before) == (16, 128, True)
     run = train(recipe)
-    rewards = [m["reward"]["mean"] for m in run.metrics]
+    rewards = [m.reward.mean for m in run.metrics]
     assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, rewards)
     assert rewards[0] < 0.1, rewards
     assert run.eval is not None and run.eval["mean"] > 0.4, (rewards, run.eval)
     assert run.eval["ci95"][0] > run.eval_before["ci95"][1] + 0.25, (run.eval_before["ci95"], run.eval["ci95"])
     assert max(rewards[-4:]) > 4 * max(rewards[0], 0.05), rewards  # the batches' reward rose too
-    assert all(m["failures"]["infra"] == 0 for m in run.metrics)
+    assert all(m.failures.infra == 0 for m in run.metrics)
 
 
 def _cli(*args: str, timeout: int = 1200) -> subprocess.CompletedProcess[str]:
