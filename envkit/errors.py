@@ -34,10 +34,22 @@ The attribution rule (the one every classifier in envkit follows):
   if it works there, the agent's state caused it, a **model** failure of the same kind
   (``verifier_timeout``, ``verifier_crash``, ``bad_output``) with reward 0; if it fails there
   too, a **verifier** failure (the environment's: excluded, like infra).
+
+Outcome labels, the form every record keeps on disk (trajectories, JSONL, summaries)::
+
+    label    := "ok" | category ":" kind
+    category := "model_failure" | "infra_failure" | "verifier_failure" | "aborted"
+    kind     := one or more characters, none of them ":" or whitespace
+
+``aborted`` is the RL runner's: it cancelled the episode (a straggler); nobody's failure.
+:func:`parse_outcome` reads one into an :class:`OutcomeLabel` (which *is* the string, with
+``category``, ``kind`` and ``is_infra``), :func:`format_outcome` writes one, and
+``format_outcome(l.category, l.kind) == l`` for every label ``l``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -55,11 +67,14 @@ __all__ = [
     "MissingExtraError",
     "ModelFailure",
     "Outcome",
+    "OutcomeLabel",
     "Problem",
     "SpecError",
     "TaskNotFoundError",
     "UserError",
     "VerifierFailure",
+    "format_outcome",
+    "parse_outcome",
 ]
 
 
@@ -153,10 +168,64 @@ class BuildError(EnvkitError):
 
 
 class FailureCategory(StrEnum):
+    """Who ended an episode: the first part of its outcome label."""
+
     OK = "ok"
     MODEL = "model_failure"
     INFRA = "infra_failure"
     VERIFIER = "verifier_failure"
+    ABORTED = "aborted"  # the RL runner cancelled it (a straggler): nobody's failure, never trained on
+
+
+_KIND = re.compile(r"[^:\s]+")
+
+
+class OutcomeLabel(str):
+    """An outcome label (``ok`` or ``<category>:<kind>``, the grammar above), parsed.
+
+    It is the label's string, equal to it, hashed and serialised as it (a ``str`` subclass
+    rather than a pair, so every record, counter and JSON document keeps the form on disk it
+    always had); code asks ``category``, ``kind`` and ``is_infra`` instead of matching prefixes.
+    Raises ``ValueError`` for a string outside the grammar."""
+
+    __slots__ = ()
+
+    def __new__(cls, label: str) -> OutcomeLabel:
+        head, colon, kind = label.partition(":")
+        try:
+            category = FailureCategory(head)
+        except ValueError:
+            raise ValueError(f"`{label}` is not an outcome: it must be ok or one of "
+                             f"{', '.join(c.value + ':<kind>' for c in FailureCategory if c is not FailureCategory.OK)}") from None
+        if category is FailureCategory.OK and colon:
+            raise ValueError(f"`{label}` is not an outcome: ok takes no kind")
+        if category is not FailureCategory.OK and not _KIND.fullmatch(kind):
+            raise ValueError(f"`{label}` is not an outcome: {head} needs a kind after ':' (no ':' or spaces in it)")
+        return super().__new__(cls, label)
+
+    @property
+    def category(self) -> FailureCategory:
+        return FailureCategory(self.partition(":")[0])
+
+    @property
+    def kind(self) -> str:
+        """What happened (``command_timeout``, ``container_lost``…); ``""`` for ok."""
+        return self.partition(":")[2]
+
+    @property
+    def is_infra(self) -> bool:
+        """Not the model's doing (infra or verifier): retried on a fresh sandbox, excluded."""
+        return self.category in (FailureCategory.INFRA, FailureCategory.VERIFIER)
+
+
+def parse_outcome(label: str) -> OutcomeLabel:
+    """Read an outcome label (a label already parsed is returned as it is)."""
+    return label if isinstance(label, OutcomeLabel) else OutcomeLabel(label)
+
+
+def format_outcome(category: FailureCategory, kind: str = "") -> OutcomeLabel:
+    """The inverse of :func:`parse_outcome`: ``ok`` (no kind) or ``<category>:<kind>``."""
+    return OutcomeLabel(category.value if category is FailureCategory.OK and not kind else f"{category.value}:{kind}")
 
 
 @dataclass(frozen=True)
@@ -168,12 +237,12 @@ class Outcome:
     evidence: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def label(self) -> str:
-        return self.category.value if self.category is FailureCategory.OK else f"{self.category.value}:{self.kind}"
+    def label(self) -> OutcomeLabel:
+        return format_outcome(self.category, self.kind)
 
     @property
     def is_infra(self) -> bool:
-        return self.category in (FailureCategory.INFRA, FailureCategory.VERIFIER)
+        return self.label.is_infra
 
     def to_dict(self) -> dict[str, Any]:
         return {"outcome": self.label, "evidence": self.evidence}

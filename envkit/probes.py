@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from envkit.errors import EpisodeFailure, ModelFailure
+from envkit.errors import EpisodeFailure, ModelFailure, parse_outcome
 from envkit.runtime import EnvRuntime, Episode, EpisodeResult
 from envkit.sandbox import Sandbox
 from envkit.spec import Task
@@ -441,7 +441,7 @@ def run_probe(runtime: EnvRuntime, task: Task, seed: int, probe: Probe, sandbox:
     result = run(runtime, task, seed, agent, sandbox)
     reward, outcome = result.reward, result.outcome
     why = ""
-    if outcome.startswith(("infra_failure", "verifier_failure")):
+    if parse_outcome(outcome).is_infra:
         why = f"its episode ended in {outcome} (excluded: a dodged penalty): {result.evidence.get('message', '')}"
     elif reward is not None and reward > (null_reward or 0.0) + 1e-9:
         why = f"reward {reward:g} above the null agent's {null_reward}"

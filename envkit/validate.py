@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from envkit.agents import NullAgent, OracleAgent, run_episode
-from envkit.errors import EnvkitError
+from envkit.errors import EnvkitError, FailureCategory, parse_outcome
 from envkit.probes import Probe, ProbeResult, probe_set, run_probe, skipped
 from envkit.runtime import EnvRuntime
 from envkit.sandbox import Sandbox
@@ -74,16 +74,16 @@ class ValidationReport:
         """This run's figures in the registry's health-report shape."""
         from envkit.bench import percentile
 
-        outcomes = [o for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
+        outcomes = [parse_outcome(o) for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
         infra: dict[str, int] = {}
         for o in outcomes:
-            if o.startswith(("infra_failure:", "verifier_failure:")):
-                infra[o.split(":", 1)[1]] = infra.get(o.split(":", 1)[1], 0) + 1
+            if o.is_infra:
+                infra[o.kind] = infra.get(o.kind, 0) + 1
         times = [s for t in self.tasks for s in t.episode_seconds if s > 0]
         figures: dict[str, Any] = {
             "episodes": len(outcomes),
             "infra_failures": infra,
-            "model_failures": sum(o.startswith("model_failure:") for o in outcomes),
+            "model_failures": sum(o.category is FailureCategory.MODEL for o in outcomes),
             "oracle_pass_rate": round(sum(t.oracle_reward == 1.0 for t in self.tasks) / len(self.tasks), 4) if self.tasks else None,
             "p50_episode_s": round(percentile(times, 50), 3) if times else None,
             "p95_episode_s": round(percentile(times, 95), 3) if times else None,
@@ -133,7 +133,7 @@ def _probe_task(runtime: EnvRuntime, task: Task, seed: int, probes: list[Probe],
             if sandbox is None:
                 sandbox = runtime.backend.create()
             result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)
-            if result.outcome.startswith("infra_failure"):  # a broken sandbox: one more try on a fresh one
+            if parse_outcome(result.outcome).category is FailureCategory.INFRA:  # a broken sandbox: one more try on a fresh one
                 _destroy(sandbox)
                 sandbox = runtime.backend.create()
                 result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)

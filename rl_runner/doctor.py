@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from envkit.bench import percentile
-from rl_runner.report import _get, load_run
+from rl_runner.metrics import StepRecord
+from rl_runner.report import load_run
 
 __all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval", "grade_freshness",
            "grade_publication", "grade_reliability", "run_checks"]
@@ -88,15 +89,15 @@ def grade_eval(half_width: float | None) -> str:
     return grade(half_width, 0.05, 0.10)
 
 
-def environment_reliability(metrics: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+def environment_reliability(metrics: list[StepRecord]) -> dict[str, tuple[int, int]]:
     """env version -> (episodes, episodes whose first attempt failed as infra or verifier).
     Runs written before first attempts were counted give their excluded infra failures."""
     out: dict[str, list[int]] = {}
     for m in metrics:
-        for key, row in (_get(m, "failures.by_env_version") or {}).items():
+        for key, row in m.failures.by_env_version.items():
             acc = out.setdefault(key, [0, 0])
-            acc[0] += int(row["episodes"])
-            acc[1] += int(row.get("first_attempt_failures", row.get("infra_failures", 0)))
+            acc[0] += row.episodes
+            acc[1] += row.first_attempt_failures if row.first_attempt_failures is not None else row.infra_failures
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
@@ -104,25 +105,26 @@ def run_checks(run_dir: Path) -> list[Check]:
     metrics, ev = load_run(run_dir)
     checks = []
 
-    ttb = [float(m["ttb_s"]) for m in metrics]
-    busy = sum(float(_get(m, "train.train_s") or 0) + float(_get(m, "publish.total_s") or 0) for m in metrics)
+    ttb = [float(m.ttb_s) for m in metrics if m.ttb_s is not None]
+    busy = sum(float(m.train.train_s or 0) + float(m.publish.total_s or 0) for m in metrics)
     wait = sum(ttb) / max(1e-9, sum(ttb) + busy)
     checks.append(Check("batch readiness", f"TTB p50 {_fmt(percentile(ttb, 50))} s, p90 {_fmt(percentile(ttb, 90))} s; "
                         f"trainer waited {wait:.0%} of the time", "wait share ≤ 50% (fail > 80%)", grade_batch(wait)))
 
-    kl_p90 = [float(x) for m in metrics if (x := _get(m, "staleness.kl.p90")) is not None]
-    bound = next((float(x) for m in metrics if (x := _get(m, "staleness.kl_max")) is not None), SYNC_KL_BOUND)
-    lags = [int(k) for m in metrics for k in (_get(m, "staleness.lag") or {})]
-    rejected = sum(int(_get(m, "staleness.rejected") or 0) for m in metrics)
+    stale = [m.staleness for m in metrics]
+    kl_p90 = [float(s.kl.p90) for s in stale if s.kl.p90 is not None]
+    bound = next((float(s.kl_max) for s in stale if s.kl_max is not None), SYNC_KL_BOUND)
+    lags = [int(k) for s in stale for k in s.lag]
+    rejected = sum(s.rejected or 0 for s in stale)
     worst = max(kl_p90) if kl_p90 else None
-    total = sum(int(_get(m, "staleness.admitted") or 0) + int(_get(m, "staleness.rejected") or 0) for m in metrics)
+    total = sum((s.admitted or 0) + (s.rejected or 0) for s in stale)
     share = rejected / max(1, total)
     checks.append(Check("policy freshness", f"staleness KL p90 up to {_fmt(worst)} (bound {bound:g}), max lag {max(lags, default=0)}; "
                         f"{rejected}/{total} samples ({share:.0%}) refused as stale",
                         f"KL p90 ≤ {bound:g} and ≤ 10% refused (fail beyond 2× / 30%)", grade_freshness(worst, share, bound)))
 
-    mm = [float(x) for m in metrics if (x := _get(m, "mismatch.kl")) is not None]
-    mx = [float(x) for m in metrics if (x := _get(m, "mismatch.max_abs")) is not None]
+    mm = [float(m.mismatch.kl) for m in metrics if m.mismatch.kl is not None]
+    mx = [float(m.mismatch.max_abs) for m in metrics if m.mismatch.max_abs is not None]
     checks.append(Check("numerical alignment", f"KL {_fmt(min(mm) if mm else None)}–{_fmt(max(mm) if mm else None)}, "
                         f"max |Δ log-prob| {_fmt(max(mx) if mx else None)}", "KL ≤ 1e-3 (fail > 1e-2)",
                         grade_alignment(max(mm) if mm else None)))
@@ -133,9 +135,9 @@ def run_checks(run_dir: Path) -> list[Check]:
     checks.append(Check("environment reliability", f"first attempts failed (infra or verifier, retried ones included) {text}",
                         "≤ 1% per env version (fail > 5%)", grade_reliability(max(rates.values()) if rates else None)))
 
-    pub = [float(x) for m in metrics if (x := _get(m, "publish.total_s")) is not None]
-    trips = [bool(x) for m in metrics if (x := _get(m, "mismatch.round_trip_ok")) is not None]
-    served = all(str(_get(m, "publish.served_version")) == str(m.get("version")) for m in metrics)
+    pub = [float(m.publish.total_s) for m in metrics if m.publish.total_s is not None]
+    trips = [m.mismatch.round_trip_ok for m in metrics if m.mismatch.round_trip_ok is not None]
+    served = all(str(m.publish.served_version) == str(m.version) for m in metrics)
     checks.append(Check("weight publication", f"{_fmt(percentile(pub, 50) if pub else None)} s p50, {_fmt(max(pub) if pub else None)} s max; "
                         f"version round trip {sum(trips)}/{len(trips)} steps" + ("" if served else "; served version differed"),
                         "round trip ok every step", grade_publication(trips, served)))

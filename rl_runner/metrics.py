@@ -1,17 +1,224 @@
 """Per-step metrics of a training run: one JSON line per step in ``RUN_DIR/metrics.jsonl``
 (the record `envkit report` and `envkit doctor` read) and the same numbers in TensorBoard
-(``RUN_DIR/tb``), distributions as histograms."""
+(``RUN_DIR/tb``), distributions as histograms.
+
+The step record is typed: :class:`StepRecord` and its parts, one dataclass per JSON object,
+whose fields are the keys on disk (so runs written before these types read the same way).
+It is written by :class:`MetricsLog` and read by :func:`read_metrics`, nowhere else. A
+field a line lacks (a run written by an older version) reads as its default: ``None`` for a
+figure, an empty part or mapping for the rest; keys this version does not know are left out.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import typing
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envkit.bench import percentile
 
-__all__ = ["MetricsLog", "distribution", "mean_or_none", "read_metrics"]
+__all__ = ["BatchStats", "Distribution", "Divergence", "EnvVersionFailures", "Failures", "MetricsLog", "Mismatch", "Publish",
+           "Reward", "Staleness", "StepRecord", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
+           "read_metrics"]
+
+
+# -- the step record -------------------------------------------------------------------------
+
+
+@dataclass
+class Distribution:
+    """:func:`distribution` of some values (``n`` 0 and the rest ``None`` for none)."""
+
+    n: int | None = None
+    mean: float | None = None
+    p10: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    max: float | None = None
+
+
+@dataclass
+class TrajectoryTimes:
+    """``batch.trajectory_s``: the batch's episode seconds."""
+
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+@dataclass
+class BatchStats:
+    """``batch``: the assembler's figures for the window the trainer waited for this batch
+    (:meth:`rl_runner.batch.assembler.Assembler.window_stats`), then what the recipe measured
+    over the same window."""
+
+    ttb_s: float | None = None
+    trajectories: int | None = None
+    trajectory_s: TrajectoryTimes = field(default_factory=TrajectoryTimes)
+    straggler_wait_share: float | None = None
+    slot_idle_share: float | None = None
+    work_s: float | None = None
+    ideal_s: float | None = None
+    carried_groups: int | None = None
+    aborted_episodes: int | None = None
+    inference_idle_share: float | None = None
+    sandbox_utilisation: float | None = None
+    prefix_hit_rate: float | None = None
+    replica_requests: list[int] = field(default_factory=list)  # generation requests per vLLM replica, so far
+    sandboxes_created: int | None = None
+    sandboxes_reused: int | None = None
+
+
+@dataclass
+class Reward:
+    mean: float | None = None
+    by_env: dict[str, float | None] = field(default_factory=dict)  # env ref -> mean reward of its usable episodes
+
+
+@dataclass
+class EnvVersionFailures:
+    """``failures.by_env_version[<env ref> <image digest>]``."""
+
+    episodes: int = 0
+    infra_failures: int = 0  # excluded as infra
+    retries: int = 0
+    first_attempt_failures: int | None = None  # first attempt failed as infra or verifier; None: a run before they were counted
+
+
+@dataclass
+class Failures:
+    """``failures``: shares of the step's episodes (refused batches' included)."""
+
+    infra: float | None = None  # excluded
+    retried: float | None = None
+    model: float | None = None
+    verifier: float | None = None
+    by_env_version: dict[str, EnvVersionFailures] = field(default_factory=dict)
+
+
+@dataclass
+class Staleness:
+    """``staleness``: per-sample k3 KL to the trainer's weights and version lag, and admission."""
+
+    kl: Distribution = field(default_factory=Distribution)
+    lag: dict[str, int] = field(default_factory=dict)  # version lag (a string: JSON keys) -> samples
+    admitted: int | None = None
+    rejected: int | None = None  # refused batches' samples included
+    kl_max: float | None = None  # the admission bound (async mode); None in sync mode
+
+
+@dataclass
+class Divergence:
+    """vLLM's log-probs vs the trainer's, pooled over tokens: ``mismatch_batch``."""
+
+    kl: float | None = None
+    max_abs: float | None = None
+    tokens: int | None = None
+
+
+@dataclass
+class Mismatch(Divergence):
+    """``mismatch``: the probe at equal versions after a publication. ``Mismatch()`` (every
+    field None) is a step without a probe (``probe_prompts: 0``), written ``{}`` as always."""
+
+    round_trip_ok: bool | None = None  # every probe token reported the version just published
+
+
+@dataclass
+class TrainStats:
+    """``train``: :meth:`rl_runner.trainer.trainer.Trainer.train_step`'s figures."""
+
+    loss: float | None = None
+    grad_norm: float | None = None
+    model_tokens: int | None = None
+    train_s: float | None = None
+    is_weight_mean: float | None = None
+    is_raw_max: float | None = None
+    is_clipped_frac: float | None = None
+
+
+@dataclass
+class Publish:
+    """``publish``: :class:`rl_runner.publish.PublishResult`."""
+
+    version: str | None = None
+    path: str | None = None
+    write_s: float | None = None
+    pause_s: float | None = None
+    reload_s: float | None = None
+    reset_cache_s: float | None = None
+    resume_s: float | None = None
+    total_s: float | None = None
+    served_version: str | None = None  # what every replica reports, or "mixed"
+    served_versions: list[str] = field(default_factory=list)  # per replica
+
+
+@dataclass
+class StepRecord:
+    """One line of ``metrics.jsonl``: one optimizer step."""
+
+    step: int
+    version: int | None = None
+    mode: str | None = None
+    wall_s: float | None = None  # since the loop started
+    ttb_s: float | None = None  # the trainer's wait for this batch (refused batches' included)
+    episodes: int | None = None
+    batch: BatchStats = field(default_factory=BatchStats)
+    trainable: int | None = None
+    refused_batches: int | None = None  # batches with nothing to train on since the last step
+    refused_episodes: int | None = None
+    reward: Reward = field(default_factory=Reward)
+    episode_s: Distribution = field(default_factory=Distribution)
+    outcomes: dict[str, int] = field(default_factory=dict)  # outcome label -> episodes
+    failures: Failures = field(default_factory=Failures)
+    staleness: Staleness = field(default_factory=Staleness)
+    mismatch: Mismatch = field(default_factory=Mismatch)
+    mismatch_batch: Divergence = field(default_factory=Divergence)
+    train: TrainStats = field(default_factory=TrainStats)
+    publish: Publish = field(default_factory=Publish)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.mismatch == Mismatch():
+            out["mismatch"] = {}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
+        record: StepRecord = _read(cls, data)
+        return record
+
+
+@functools.cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _read(cls: Any, data: dict[str, Any]) -> Any:
+    """A record of dataclass ``cls`` from its JSON object; nested parts (and mappings of them)
+    are read the same way."""
+    hints = _hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        hint, value = hints[f.name], data[f.name]
+        item = typing.get_args(hint)[1] if typing.get_origin(hint) is dict else None
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            value = _read(hint, value)
+        elif dataclasses.is_dataclass(item) and isinstance(value, dict):
+            value = {k: _read(item, v) for k, v in value.items()}
+        values[f.name] = value
+    return cls(**values)
+
+
+# -- figures -----------------------------------------------------------------------------------
 
 
 def mean_or_none(values: list[float]) -> float | None:
@@ -23,11 +230,11 @@ def pct(values: list[float], p: float, digits: int = 3) -> float | None:
     return round(percentile(values, p), digits) if values else None
 
 
-def distribution(values: list[float]) -> dict[str, float | int | None]:
+def distribution(values: list[float]) -> Distribution:
     if not values:
-        return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None, "max": None}
-    return {"n": len(values), "mean": mean_or_none(values), "p10": percentile(values, 10), "p50": percentile(values, 50),
-            "p90": percentile(values, 90), "max": max(values)}
+        return Distribution(n=0)
+    return Distribution(n=len(values), mean=mean_or_none(values), p10=percentile(values, 10), p50=percentile(values, 50),
+                        p90=percentile(values, 90), max=max(values))
 
 
 def _scalars(prefix: str, value: Any, out: dict[str, float]) -> None:
@@ -41,6 +248,9 @@ def _scalars(prefix: str, value: Any, out: dict[str, float]) -> None:
             _scalars(f"{prefix}/{k}" if prefix else str(k), v, out)
 
 
+# -- written and read here ---------------------------------------------------------------------
+
+
 class MetricsLog:
     def __init__(self, run_dir: Path, *, tensorboard: bool = True) -> None:
         self.path = run_dir / "metrics.jsonl"
@@ -51,14 +261,15 @@ class MetricsLog:
 
             self.writer = SummaryWriter(log_dir=str(run_dir / "tb"))
 
-    def log(self, record: dict[str, Any], histograms: dict[str, list[float]] | None = None) -> None:
+    def log(self, record: StepRecord, histograms: dict[str, list[float]] | None = None) -> None:
+        row = record.to_dict()
         with open(self.path, "a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.write(json.dumps(row, sort_keys=True) + "\n")
         if self.writer is None:
             return
-        step = int(record.get("step", 0))
+        step = record.step
         flat: dict[str, float] = {}
-        _scalars("", {k: v for k, v in record.items() if k != "step"}, flat)
+        _scalars("", {k: v for k, v in row.items() if k != "step"}, flat)
         for k, v in flat.items():
             self.writer.add_scalar(k, v, step)
         for k, values in (histograms or {}).items():
@@ -73,8 +284,9 @@ class MetricsLog:
             self.writer.close()
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def read_metrics(run_dir: Path) -> list[StepRecord]:
+    """The run's step records (none when it has no metrics.jsonl)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [StepRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]

@@ -17,7 +17,7 @@ from typing import Any
 
 from envkit.bench import percentile
 from envkit.errors import UserError
-from rl_runner.metrics import mean_or_none, read_metrics
+from rl_runner.metrics import StepRecord, mean_or_none, read_metrics
 
 __all__ = ["PLOTS", "summarize_run", "write_report"]
 
@@ -25,25 +25,12 @@ PLOTS = ("reward.png", "ttb.png", "batch.png", "staleness_kl.png", "mismatch_kl.
 _FLOOR = 1e-12  # log-scale plots: a KL of exactly 0 is drawn at the floor
 
 
-def _get(record: dict[str, Any], path: str) -> Any:
-    node: Any = record
-    for k in path.split("."):
-        if not isinstance(node, dict) or k not in node:
-            return None
-        node = node[k]
-    return node
-
-
-def _series(metrics: list[dict[str, Any]], path: str) -> list[float | None]:
-    return [_get(m, path) for m in metrics]
-
-
 def _range(values: list[Any]) -> list[float] | None:
     v = [float(x) for x in values if x is not None]
     return [min(v), max(v)] if v else None
 
 
-def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def load_run(run_dir: Path) -> tuple[list[StepRecord], dict[str, Any] | None]:
     if not run_dir.is_dir():
         raise UserError(f"`{run_dir}` is not a folder", "give the run folder that `envkit train` printed (e.g. runs/shellcmd)")
     metrics = read_metrics(run_dir)
@@ -56,30 +43,30 @@ def load_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
     return metrics, ev
 
 
-def summarize_run(metrics: list[dict[str, Any]], ev: dict[str, Any] | None) -> dict[str, Any]:
-    rewards = [r for r in _series(metrics, "reward.mean") if r is not None]
-    ttb = [float(x) for x in _series(metrics, "ttb_s") if x is not None]
-    pub = [float(x) for x in _series(metrics, "publish.total_s") if x is not None]
-    kl_max = _range(_series(metrics, "staleness.kl.max"))
+def summarize_run(metrics: list[StepRecord], ev: dict[str, Any] | None) -> dict[str, Any]:
+    rewards = [m.reward.mean for m in metrics if m.reward.mean is not None]
+    ttb = [float(m.ttb_s) for m in metrics if m.ttb_s is not None]
+    pub = [float(m.publish.total_s) for m in metrics if m.publish.total_s is not None]
+    kl_max = _range([m.staleness.kl.max for m in metrics])
     return {
-        "steps": len(metrics), "mode": metrics[-1].get("mode"), "final_version": metrics[-1].get("version"),
+        "steps": len(metrics), "mode": metrics[-1].mode, "final_version": metrics[-1].version,
         "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
         "reward_last5_mean": mean_or_none(rewards[-5:]),
         "ttb_s_p50": percentile(ttb, 50) if ttb else None, "ttb_s_p90": percentile(ttb, 90) if ttb else None,
         "publish_s_p50": percentile(pub, 50) if pub else None, "publish_s_max": max(pub) if pub else None,
-        "staleness_kl_p50_range": _range(_series(metrics, "staleness.kl.p50")),
+        "staleness_kl_p50_range": _range([m.staleness.kl.p50 for m in metrics]),
         "staleness_kl_max_range": kl_max,
-        "version_lag_max": max((int(k) for m in metrics for k in (_get(m, "staleness.lag") or {})), default=None),
-        "rejected_stale": sum(int(_get(m, "staleness.rejected") or 0) for m in metrics),
-        "mismatch_kl_range": _range(_series(metrics, "mismatch.kl")),
-        "mismatch_max_abs_range": _range(_series(metrics, "mismatch.max_abs")),
-        "trajectory_s_p99_max": max((float(x) for x in _series(metrics, "batch.trajectory_s.p99") if x is not None),
+        "version_lag_max": max((int(k) for m in metrics for k in m.staleness.lag), default=None),
+        "rejected_stale": sum(m.staleness.rejected or 0 for m in metrics),
+        "mismatch_kl_range": _range([m.mismatch.kl for m in metrics]),
+        "mismatch_max_abs_range": _range([m.mismatch.max_abs for m in metrics]),
+        "trajectory_s_p99_max": max((float(m.batch.trajectory_s.p99) for m in metrics if m.batch.trajectory_s.p99 is not None),
                                     default=None),
-        "straggler_wait_share_mean": _mean_of(_series(metrics, "batch.straggler_wait_share")),
-        "inference_idle_share_mean": _mean_of(_series(metrics, "batch.inference_idle_share")),
-        "sandbox_utilisation_mean": _mean_of(_series(metrics, "batch.sandbox_utilisation")),
-        "infra_failure_rate": _mean_of(_series(metrics, "failures.infra")),
-        "model_failure_rate": _mean_of(_series(metrics, "failures.model")),
+        "straggler_wait_share_mean": _mean_of([m.batch.straggler_wait_share for m in metrics]),
+        "inference_idle_share_mean": _mean_of([m.batch.inference_idle_share for m in metrics]),
+        "sandbox_utilisation_mean": _mean_of([m.batch.sandbox_utilisation for m in metrics]),
+        "infra_failure_rate": _mean_of([m.failures.infra for m in metrics]),
+        "model_failure_rate": _mean_of([m.failures.model for m in metrics]),
         "eval": None if ev is None else {k: ev.get(k) for k in ("episodes", "mean", "ci95", "half_width", "version")},
         "eval_before": None if not ev or not ev.get("before") else
         {k: ev["before"].get(k) for k in ("episodes", "mean", "ci95", "half_width", "version")},
@@ -115,7 +102,7 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     metrics, ev = load_run(run_dir)
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
-    steps = [int(m["step"]) for m in metrics]
+    steps = [m.step for m in metrics]
 
     def floor(values: list[Any]) -> list[float]:
         return [max(_FLOOR, float(v)) if v is not None else float("nan") for v in values]
@@ -124,7 +111,7 @@ def write_report(run_dir: Path) -> dict[str, Any]:
         return [float(v) if v is not None else float("nan") for v in values]
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, nan(_series(metrics, "reward.mean")), marker="o", ms=3, label="batch mean reward")
+    ax.plot(steps, nan([m.reward.mean for m in metrics]), marker="o", ms=3, label="batch mean reward")
     if ev and ev.get("mean") is not None:
         ax.errorbar([steps[-1]], [ev["mean"]], yerr=_yerr(ev), fmt="s", color="C3", capsize=4,
                     label=f"eval ({ev['episodes']} episodes, 95% CI)")
@@ -136,26 +123,29 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     _save(fig, ax, out / "reward.png", loc="lower right")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, nan(_series(metrics, "ttb_s")), marker="o", ms=3, label="time to trainable batch")
-    ax.plot(steps, nan(_series(metrics, "train.train_s")), marker="o", ms=3, label="train step")
-    ax.plot(steps, nan(_series(metrics, "publish.total_s")), marker="o", ms=3, label="weight publication")
+    ax.plot(steps, nan([m.ttb_s for m in metrics]), marker="o", ms=3, label="time to trainable batch")
+    ax.plot(steps, nan([m.train.train_s for m in metrics]), marker="o", ms=3, label="train step")
+    ax.plot(steps, nan([m.publish.total_s for m in metrics]), marker="o", ms=3, label="weight publication")
     ax.set(xlabel="step", ylabel="seconds", title="Time per step", yscale="log")
     _save(fig, ax, out / "ttb.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("straggler_wait_share", "straggler wait share"), ("slot_idle_share", "episode slots idle"),
-                       ("inference_idle_share", "inference idle share"), ("sandbox_utilisation", "sandbox utilisation")):
-        ax.plot(steps, nan(_series(metrics, f"batch.{key}")), marker="o", ms=3, label=label)
+    batches = [m.batch for m in metrics]
+    for label, shares in (("straggler wait share", [b.straggler_wait_share for b in batches]),
+                          ("episode slots idle", [b.slot_idle_share for b in batches]),
+                          ("inference idle share", [b.inference_idle_share for b in batches]),
+                          ("sandbox utilisation", [b.sandbox_utilisation for b in batches])):
+        ax.plot(steps, nan(shares), marker="o", ms=3, label=label)
     ax.set(xlabel="step", ylabel="share of the wait for the batch", title="Batch assembly (while the trainer waited)",
            ylim=(-0.02, 1.02))
     _save(fig, ax, out / "batch.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for q in ("p50", "p90", "max"):
-        ax.plot(steps, floor(_series(metrics, f"staleness.kl.{q}")), marker="o", ms=3, label=f"staleness KL {q}")
+    kls = [m.staleness.kl for m in metrics]
+    for q, values in (("p50", [d.p50 for d in kls]), ("p90", [d.p90 for d in kls]), ("max", [d.max for d in kls])):
+        ax.plot(steps, floor(values), marker="o", ms=3, label=f"staleness KL {q}")
     ax.set(xlabel="step", ylabel="k3 KL(behaviour ‖ trainer)", title="Staleness", yscale="log")
-    lag = [sum(int(k) * n for k, n in (_get(m, "staleness.lag") or {}).items()) / max(1, sum((_get(m, "staleness.lag") or {}).values()))
-           for m in metrics]
+    lag = [sum(int(k) * n for k, n in m.staleness.lag.items()) / max(1, sum(m.staleness.lag.values())) for m in metrics]
     ax2 = ax.twinx()
     ax2.plot(steps, lag, color="C4", ls="--", label="mean version lag")
     ax2.set_ylabel("versions")
@@ -163,14 +153,16 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     _save(fig, ax, out / "staleness_kl.png", loc="upper left")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(steps, floor(_series(metrics, "mismatch.kl")), marker="o", ms=3, label="KL (probe, equal versions)")
-    ax.plot(steps, floor(_series(metrics, "mismatch.max_abs")), marker="o", ms=3, label="max |Δ log-prob|")
+    ax.plot(steps, floor([m.mismatch.kl for m in metrics]), marker="o", ms=3, label="KL (probe, equal versions)")
+    ax.plot(steps, floor([m.mismatch.max_abs for m in metrics]), marker="o", ms=3, label="max |Δ log-prob|")
     ax.set(xlabel="step", ylabel="vLLM vs trainer", title="Numerical mismatch", yscale="log")
     _save(fig, ax, out / "mismatch_kl.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label in (("infra", "infra (excluded)"), ("retried", "retried"), ("model", "model"), ("verifier", "verifier")):
-        ax.plot(steps, nan(_series(metrics, f"failures.{key}")), marker="o", ms=3, label=label)
+    failures = [m.failures for m in metrics]
+    for label, rates in (("infra (excluded)", [f.infra for f in failures]), ("retried", [f.retried for f in failures]),
+                         ("model", [f.model for f in failures]), ("verifier", [f.verifier for f in failures])):
+        ax.plot(steps, nan(rates), marker="o", ms=3, label=label)
     ax.set(xlabel="step", ylabel="share of episodes", title="Failure rates", ylim=(-0.02, 1.02))
     _save(fig, ax, out / "failures.png")
 

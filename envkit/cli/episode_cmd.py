@@ -10,6 +10,7 @@ from envkit.agents import parse_agent, run_episode
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
 from envkit.client import Registry
+from envkit.errors import FailureCategory, parse_outcome
 from envkit.probes import probe_set
 from envkit.runtime import EnvRuntime, EpisodeResult
 from envkit.validate import ValidationReport
@@ -40,7 +41,8 @@ def _print_trace(result: EpisodeResult) -> None:
         shown = {k: v for k, v in result.verifier.items() if k != "reward"}
         console.print(f"verifier: {shown}", markup=False)
     reward = "-" if result.reward is None else f"{result.reward:g}"
-    color = "green" if result.outcome == "ok" else ("yellow" if result.outcome.startswith("model") else "red")
+    category = parse_outcome(result.outcome).category
+    color = "green" if category is FailureCategory.OK else ("yellow" if category is FailureCategory.MODEL else "red")
     console.print(f"[bold]reward {reward}[/]  outcome [{color}]{result.outcome}[/]")
     if result.outcome != "ok" and result.evidence:
         console.print(f"  evidence: {result.evidence}", markup=False, soft_wrap=True)
@@ -65,7 +67,7 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
         else:
             _print_trace(result)
-        if result.outcome.startswith(("infra_failure", "verifier_failure")):
+        if parse_outcome(result.outcome).is_infra:
             raise typer.Exit(1)
 
     @app.command("validate")

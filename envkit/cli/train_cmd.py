@@ -8,7 +8,7 @@ matplotlib; eval the tokenizer (transformers), and vLLM unless --policy-url; doc
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -16,6 +16,9 @@ from rich.table import Table
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
+
+if TYPE_CHECKING:
+    from rl_runner.metrics import StepRecord
 
 
 def _fmt(x: Any, spec: str = ".3g") -> str:
@@ -85,14 +88,14 @@ def register(app: typer.Typer) -> None:
 
         r = load_recipe(recipe, overrides or [])
 
-        def on_step(m: dict[str, Any]) -> None:
+        def on_step(m: StepRecord) -> None:
             if as_json:
                 return
-            st, mm = m["staleness"], m["mismatch"]
-            console.print(f"step {m['step']:>4}  reward {_fmt(m['reward']['mean'])}  TTB {m['ttb_s']:.1f} s  "
-                          f"train {_fmt(m['train'].get('train_s'))} s  publish {m['publish']['total_s'] * 1000:.0f} ms  "
-                          f"staleness KL p90 {_fmt(st['kl']['p90'])} (lag {','.join(st['lag']) or '-'}, refused {st['rejected']})  "
-                          f"mismatch KL {_fmt(mm.get('kl'))}  infra {m['failures']['infra']:.0%}")
+            st = m.staleness
+            console.print(f"step {m.step:>4}  reward {_fmt(m.reward.mean)}  TTB {m.ttb_s:.1f} s  "
+                          f"train {_fmt(m.train.train_s)} s  publish {(m.publish.total_s or 0) * 1000:.0f} ms  "
+                          f"staleness KL p90 {_fmt(st.kl.p90)} (lag {','.join(st.lag) or '-'}, refused {st.rejected})  "
+                          f"mismatch KL {_fmt(m.mismatch.kl)}  infra {m.failures.infra or 0:.0%}")
 
         run = train(r, on_step=on_step, say=(lambda _m: None) if as_json else console.print)
         summary = write_report(run.run_dir)

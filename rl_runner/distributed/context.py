@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from envkit.errors import parse_outcome
 from envkit.runtime import EnvRuntime
 from rl_runner.policy.router import Router
 from rl_runner.rollout.trajectory import Trajectory
@@ -37,7 +38,7 @@ def before_attempt(n: int, failed: list[str], *, policy_ready: Callable[[], bool
     """What every backend does before attempt ``n``: after an ``inference_unavailable``
     failure, wait (up to ``ready_timeout_s``) for ``policy_ready`` (retrying against a server
     that is down only burns the retry); then the caller's hook."""
-    if failed and failed[-1].endswith(":inference_unavailable") and policy_ready is not None:
+    if failed and parse_outcome(failed[-1]).kind == "inference_unavailable" and policy_ready is not None:
         deadline = time.monotonic() + ready_timeout_s
         while not policy_ready() and time.monotonic() < deadline:
             time.sleep(1.0)

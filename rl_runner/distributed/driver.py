@@ -220,7 +220,7 @@ class RayRollouts:
             else:
                 assert reply.trajectory is not None
                 traj = reply.trajectory
-            if traj.outcome.endswith(":sandbox_host_lost"):
+            if traj.outcome.kind == "sandbox_host_lost":
                 self._host_lost(host)
             traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"], "worker_node": reply.node}
             return traj

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envkit.errors import EpisodeFailure, FailureCategory, InfraFailure, ModelFailure, VerifierFailure
+from envkit.errors import EpisodeFailure, FailureCategory, InfraFailure, ModelFailure, VerifierFailure, format_outcome
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["Failure", "HostReply", "WorkerReply", "wall_offset"]
@@ -33,7 +33,7 @@ class Failure:
 
     @property
     def label(self) -> str:
-        return f"{self.category}:{self.kind}"
+        return format_outcome(FailureCategory(self.category), self.kind)
 
     def exception(self) -> EpisodeFailure:
         evidence = {k: v for k, v in self.evidence.items() if k != "message"}

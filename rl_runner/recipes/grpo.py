@@ -41,17 +41,32 @@ from pathlib import Path
 from typing import Any
 
 from envkit.catalog import resolve_environment
-from envkit.errors import InfraFailure, UserError
+from envkit.errors import FailureCategory, InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
 from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy, Batch
 from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.evaluate import evaluate
-from rl_runner.metrics import MetricsLog, distribution, mean_or_none
+from rl_runner.metrics import (
+    BatchStats,
+    Divergence,
+    EnvVersionFailures,
+    Failures,
+    MetricsLog,
+    Mismatch,
+    Publish,
+    Reward,
+    Staleness,
+    StepRecord,
+    TrainStats,
+    TrajectoryTimes,
+    distribution,
+    mean_or_none,
+)
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
-from rl_runner.publish import WeightPublisher
+from rl_runner.publish import PublishResult, WeightPublisher
 from rl_runner.recipes.config import Recipe
 from rl_runner.rollout.loop import load_tokenizer
 from rl_runner.rollout.runner import EpisodeSpec, run_agent
@@ -59,7 +74,7 @@ from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
 from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
 
-__all__ = ["TrainRun", "train"]
+__all__ = ["Refused", "TrainRun", "admit", "step_record", "train", "with_advantages"]
 
 
 # An environment of the run: its rollouts (this machine's or a Ray cluster's) and its tasks.
@@ -71,7 +86,7 @@ class TrainRun:
     run_dir: Path
     steps: int
     version: int
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[StepRecord] = field(default_factory=list)
     eval: dict[str, Any] | None = None
     eval_before: dict[str, Any] | None = None
 
@@ -189,25 +204,32 @@ def _lag(sample: Sample, current: int) -> int:
     return current - min(versions) if versions else 0
 
 
-def _failure_rates(trajs: list[Trajectory]) -> dict[str, Any]:
+def _failure_rates(trajs: list[Trajectory]) -> Failures:
     n = max(1, len(trajs))
-    kinds = Counter(t.outcome.split(":")[0] for t in trajs)
-    by_env: dict[str, dict[str, int]] = {}
+    categories = Counter(t.outcome.category for t in trajs)
+    by_env: dict[str, list[Trajectory]] = {}
     for t in trajs:
-        key = f"{t.env_ref} {t.image_digest[:19]}"
-        row = by_env.setdefault(key, {"episodes": 0, "infra_failures": 0, "retries": 0, "first_attempt_failures": 0})
-        row["episodes"] += 1
-        row["retries"] += t.retries
-        row["infra_failures"] += int(t.excluded and t.outcome.startswith("infra_failure"))
-        # the first attempt failed as infra or verifier, whether a retry then succeeded or not
-        row["first_attempt_failures"] += int(bool(t.attempts) or t.outcome.startswith(("infra_failure", "verifier_failure")))
-    return {"infra": sum(t.excluded for t in trajs) / n, "retried": sum(t.retries > 0 for t in trajs) / n,
-            "model": kinds.get("model_failure", 0) / n, "verifier": kinds.get("verifier_failure", 0) / n,
-            "by_env_version": by_env}
+        by_env.setdefault(f"{t.env_ref} {t.image_digest[:19]}", []).append(t)
+    return Failures(
+        infra=sum(t.excluded for t in trajs) / n, retried=sum(t.retries > 0 for t in trajs) / n,
+        model=categories[FailureCategory.MODEL] / n, verifier=categories[FailureCategory.VERIFIER] / n,
+        by_env_version={key: EnvVersionFailures(
+            episodes=len(ts), retries=sum(t.retries for t in ts),
+            infra_failures=sum(t.excluded and t.outcome.category is FailureCategory.INFRA for t in ts),
+            # the first attempt failed as infra or verifier, whether a retry then succeeded or not
+            first_attempt_failures=sum(bool(t.attempts) or t.outcome.is_infra for t in ts)) for key, ts in by_env.items()})
+
+
+def _distinct_prompts(trajs: list[Trajectory]) -> list[list[int]]:
+    prompts: list[list[int]] = []
+    for tr in trajs:
+        if tr.prompt_token_ids not in prompts:
+            prompts.append(tr.prompt_token_ids)
+    return prompts
 
 
 def _probe(trainer: Trainer, policy: PolicyClient, prompts: list[list[int]], sampling: SamplingParams,
-           version: int) -> dict[str, Any]:
+           version: int) -> Mismatch:
     """Fresh generations with the weights just published vs the trainer's log-probs."""
     samples = []
     round_trip = True
@@ -218,22 +240,94 @@ def _probe(trainer: Trainer, policy: PolicyClient, prompts: list[list[int]], sam
         round_trip &= all(v == str(version) for v in gen.weight_versions)
         samples.append(Sample(p, gen.token_ids, [1] * len(gen.token_ids), gen.logprobs, versions=gen.weight_versions))
     div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
-    return {**_pooled(div), "round_trip_ok": round_trip}
+    pooled = _pooled(div)
+    return Mismatch(kl=pooled.kl, max_abs=pooled.max_abs, tokens=pooled.tokens, round_trip_ok=round_trip)
 
 
-def _pooled(div: list[dict[str, float]]) -> dict[str, Any]:
+def _pooled(div: list[dict[str, float]]) -> Divergence:
     """Per-sample divergences pooled over their tokens: token-weighted KL, worst |Δ log-prob|."""
     div = [d for d in div if d["tokens"]]
-    tokens = sum(d["tokens"] for d in div)
+    tokens = int(sum(d["tokens"] for d in div))
     if not div:
-        return {"kl": None, "max_abs": None, "tokens": 0}
-    return {"kl": sum(d["kl"] * d["tokens"] for d in div) / tokens, "max_abs": max(d["max_abs"] for d in div), "tokens": tokens}
+        return Divergence(kl=None, max_abs=None, tokens=0)
+    return Divergence(kl=sum(d["kl"] * d["tokens"] for d in div) / tokens, max_abs=max(d["max_abs"] for d in div), tokens=tokens)
+
+
+# -- admission, refusal and the step record ----------------------------------------------------
+
+
+def admit(usable: list[Trajectory], div: list[dict[str, float]], recipe: Recipe) -> list[bool]:
+    """Which usable samples train: sync admits all (all on-policy); async admits a sample whose
+    staleness KL is at most ``async.kl_max`` (not by step count). Then the group rule: a
+    sample trains only beside another admitted member of its group (advantages need two)."""
+    ok = [True] * len(usable) if recipe.mode == "sync" else [d["kl"] <= recipe.async_.kl_max for d in div]
+    groups = [tr.group_id for tr in usable]
+    kept = Counter(g for g, a in zip(groups, ok, strict=True) if a)
+    return [a and kept[g] >= 2 for g, a in zip(groups, ok, strict=True)]
+
+
+def with_advantages(samples: list[Sample], usable: list[Trajectory], admitted: list[bool]) -> list[Sample]:
+    """The admitted samples, each with its group-relative advantage set: the batch to train on."""
+    batch = [sm for sm, a in zip(samples, admitted, strict=True) if a]
+    chosen = [tr for tr, a in zip(usable, admitted, strict=True) if a]
+    advantages = group_advantages([float(tr.reward) for tr in chosen], [tr.group_id for tr in chosen])  # type: ignore[arg-type]
+    for sm, adv in zip(batch, advantages, strict=True):
+        sm.advantage = adv
+    return batch
+
+
+@dataclass
+class Refused:
+    """Batches with nothing to train on since the last step (async: every sample refused as
+    stale; or every episode excluded): no optimizer step, no new version. They count in the
+    next step's record (its wait, its failure rates, its rejected samples)."""
+
+    batches: int = 0
+    samples: int = 0
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def episodes(self) -> int:
+        return len(self.trajectories)
+
+    def add(self, trajs: list[Trajectory], samples: int, *, step: int, run_dir: Path, kl_max: float) -> None:
+        """Count a refused batch and keep its trajectories (on disk too). Twenty in a row is
+        a failure to report, not a wait."""
+        self.batches += 1
+        self.samples += samples
+        self.trajectories.extend(trajs)
+        write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-refused-{self.batches}.jsonl", trajs)
+        if self.batches >= 20:
+            raise InfraFailure("no_trainable_batch", f"20 batches in a row had nothing to train on before step {step}",
+                               outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=kl_max)
+
+
+def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, trajs: list[Trajectory],
+                usable: list[Trajectory], env_refs: list[str], batch: BatchStats, trainable: int, refused: Refused,
+                div: list[dict[str, float]], lags: list[int], admitted: list[bool], mismatch: Mismatch,
+                train: dict[str, Any], publish: PublishResult) -> StepRecord:
+    """The step's line of metrics.jsonl: ``trajs`` the batch's episodes, ``usable`` the ones
+    with samples (``div``, ``lags`` and ``admitted`` are per usable sample)."""
+    def mean_reward(of: list[Trajectory]) -> float | None:
+        return mean_or_none([float(tr.reward) for tr in of])  # type: ignore[arg-type]
+
+    return StepRecord(
+        step=step, version=version, mode=recipe.mode, wall_s=round(wall_s, 3), ttb_s=round(ttb_s, 4), episodes=len(trajs),
+        batch=batch, trainable=trainable, refused_batches=refused.batches, refused_episodes=refused.episodes,
+        reward=Reward(mean=mean_reward(usable), by_env={ref: mean_reward([tr for tr in usable if tr.env_ref == ref]) for ref in env_refs}),
+        episode_s=distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
+        outcomes=dict(Counter(tr.outcome for tr in trajs)),
+        failures=_failure_rates(refused.trajectories + trajs),
+        staleness=Staleness(kl=distribution([d["kl"] for d in div]), lag={str(k): v for k, v in sorted(Counter(lags).items())},
+                            admitted=sum(admitted), rejected=len(admitted) - sum(admitted) + refused.samples,
+                            kl_max=recipe.async_.kl_max if recipe.mode == "async" else None),
+        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), publish=Publish(**publish.to_dict()))
 
 
 # -- the loop --------------------------------------------------------------------------------
 
 
-def train(recipe: Recipe, *, on_step: Callable[[dict[str, Any]], None] | None = None,
+def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None,
           say: Callable[[str], None] = lambda _m: None) -> TrainRun:
     # setup
     run_dir = recipe.run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -312,7 +406,7 @@ class _Run:
     metrics: MetricsLog
 
 
-def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Callable[[str], None]) -> TrainRun:
+def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable[[str], None]) -> TrainRun:
     recipe, run_dir, envs, trainer, tokenizer = run.recipe, run.run_dir, run.envs, run.trainer, run.tokenizer
     policy, router, publisher, metrics = run.policy, run.router, run.publisher, run.metrics
     s = recipe.sampling
@@ -348,8 +442,7 @@ def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Call
     ckpt_dir = run_dir / "checkpoints"
     try:
         last = trainer.step + recipe.steps
-        refused = {"batches": 0, "samples": 0, "episodes": 0}  # async batches with nothing admitted, carried into the next record
-        refused_trajs: list[Trajectory] = []  # their episodes count in the next record's failure rates
+        refused = Refused()  # carried into the next step's record
         t0 = time.monotonic()
         while trainer.step < last:
             step = trainer.step + 1
@@ -368,28 +461,11 @@ def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Call
             div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
             lags = [_lag(sm, version) for sm in samples]
 
-            # admit: sync takes all (all on-policy); async admits by KL, not by step count
-            admit = [True] * len(samples) if recipe.mode == "sync" else [d["kl"] <= recipe.async_.kl_max for d in div]
-            groups_of = [tr.group_id for tr in usable]
-            kept = Counter(g for g, a in zip(groups_of, admit, strict=True) if a)
-            admit = [a and kept[g] >= 2 for g, a in zip(groups_of, admit, strict=True)]
-            batch = [sm for sm, a in zip(samples, admit, strict=True) if a]
-            rewards = [float(tr.reward) for tr, a in zip(usable, admit, strict=True) if a]  # type: ignore[arg-type]
-            for sm, adv in zip(batch, group_advantages(rewards, [g for g, a in zip(groups_of, admit, strict=True) if a]),
-                               strict=True):
-                sm.advantage = adv
-
+            # admit (sync: all; async: by KL), then the group rule; nothing admitted: collect again
+            admitted = admit(usable, div, recipe)
+            batch = with_advantages(samples, usable, admitted)
             if not batch:
-                # Nothing trainable (async: every sample refused as stale; or every episode
-                # excluded): no optimizer step, no new version. Count it and collect again.
-                refused["batches"] += 1
-                refused["samples"] += len(samples)
-                refused["episodes"] += len(trajs)
-                refused_trajs.extend(trajs)
-                write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-refused-{refused['batches']}.jsonl", trajs)
-                if refused["batches"] >= 20:
-                    raise InfraFailure("no_trainable_batch", f"20 batches in a row had nothing to train on before step {step}",
-                                       outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=recipe.async_.kl_max)
+                refused.add(trajs, len(samples), step=step, run_dir=run_dir, kl_max=recipe.async_.kl_max)
                 continue
             write_jsonl(run_dir / "trajectories" / f"step-{step:05d}.jsonl", trajs)
 
@@ -399,34 +475,17 @@ def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Call
             # publish, then probe the mismatch at equal versions
             version = trainer.step
             pub = publisher.publish(trainer.export, version)
-            prompts = []
-            for tr in usable:
-                if tr.prompt_token_ids not in prompts:
-                    prompts.append(tr.prompt_token_ids)
-            mismatch = _probe(trainer, policy, prompts[:recipe.probe_prompts], sampling, version) if recipe.probe_prompts else {}
+            prompts = _distinct_prompts(usable)[:recipe.probe_prompts]
+            mismatch = _probe(trainer, policy, prompts, sampling, version) if recipe.probe_prompts else Mismatch()
             trainer.cursor = {"next_group": next_group}
 
-            all_rewards = [float(tr.reward) for tr in usable]  # type: ignore[arg-type]
-            kls = [d["kl"] for d in div]
-            record = {
-                "step": step, "version": version, "mode": recipe.mode, "wall_s": round(time.monotonic() - t_run, 3),
-                "ttb_s": round(ttb, 4), "episodes": len(trajs), "batch": _batch_stats(got, router, envs),
-                "trainable": len(batch), "refused_batches": refused["batches"], "refused_episodes": refused["episodes"],
-                "reward": {"mean": mean_or_none(all_rewards),
-                           "by_env": {r.runtime.env.ref: mean_or_none([float(tr.reward) for tr in usable  # type: ignore[arg-type]
-                                                                if tr.env_ref == r.runtime.env.ref]) for r, _ in envs}},
-                "episode_s": distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
-                "outcomes": dict(Counter(tr.outcome for tr in trajs)),
-                "failures": _failure_rates(refused_trajs + trajs),
-                "staleness": {"kl": distribution(kls), "lag": {str(k): v for k, v in sorted(Counter(lags).items())},
-                              "admitted": sum(admit), "rejected": len(admit) - sum(admit) + refused["samples"],
-                              "kl_max": recipe.async_.kl_max if recipe.mode == "async" else None},
-                "mismatch": mismatch,
-                "mismatch_batch": _lag0(div, lags),
-                "train": stats,
-                "publish": pub.to_dict(),
-            }
-            metrics.log(record, histograms={"staleness/kl_samples": kls, "staleness/lag_samples": [float(x) for x in lags]})
+            # record
+            record = step_record(step=step, version=version, recipe=recipe, wall_s=time.monotonic() - t_run, ttb_s=ttb,
+                                 trajs=trajs, usable=usable, env_refs=[r.runtime.env.ref for r, _ in envs],
+                                 batch=_batch_stats(got, router, envs), trainable=len(batch), refused=refused, div=div,
+                                 lags=lags, admitted=admitted, mismatch=mismatch, train=stats, publish=pub)
+            metrics.log(record, histograms={"staleness/kl_samples": [d["kl"] for d in div],
+                                            "staleness/lag_samples": [float(x) for x in lags]})
             result.metrics.append(record)
             result.steps += 1
             result.version = version
@@ -434,8 +493,7 @@ def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Call
                 on_step(record)
             if recipe.checkpoint_every and step % recipe.checkpoint_every == 0:
                 trainer.save_checkpoint(ckpt_dir / f"step-{step:05d}")
-            refused = {"batches": 0, "samples": 0, "episodes": 0}
-            refused_trajs = []
+            refused = Refused()
             t0 = time.monotonic()
         left = assembler.stop()
         if left["groups"]:
@@ -451,21 +509,23 @@ def _loop(run: _Run, on_step: Callable[[dict[str, Any]], None] | None, say: Call
     return result
 
 
-def _batch_stats(batch: Batch, router: Router, envs: list[Target]) -> dict[str, Any]:
+def _batch_stats(batch: Batch, router: Router, envs: list[Target]) -> BatchStats:
     """The assembler's figures for this batch (TTB window: the trainer's wait for it), plus
     inference idle share and sandbox utilisation over the same window."""
     spans = [r.occupancy(batch.t_open, batch.t_close) for r, _ in envs]
     held, alive = sum(h for h, _ in spans), sum(a for _, a in spans)
     idle = router.idle_share(batch.t_open, batch.t_close)
-    return {**batch.stats, "inference_idle_share": round(idle, 4) if idle is not None else None,
-            "sandbox_utilisation": round(held / alive, 4) if alive > 0 else None,
-            "prefix_hit_rate": router.cache_stats()["prefix_hit_rate"],
-            "replica_requests": router.cache_stats()["requests"],  # generation requests per vLLM replica, so far
-            "sandboxes_created": sum(r.sandbox_stats()["created"] for r, _ in envs),
-            "sandboxes_reused": sum(r.sandbox_stats()["reused"] for r, _ in envs)}
+    window = dict(batch.stats)
+    times = TrajectoryTimes(**window.pop("trajectory_s"))
+    return BatchStats(**window, trajectory_s=times, inference_idle_share=round(idle, 4) if idle is not None else None,
+                      sandbox_utilisation=round(held / alive, 4) if alive > 0 else None,
+                      prefix_hit_rate=router.cache_stats()["prefix_hit_rate"],
+                      replica_requests=router.cache_stats()["requests"],
+                      sandboxes_created=sum(r.sandbox_stats()["created"] for r, _ in envs),
+                      sandboxes_reused=sum(r.sandbox_stats()["reused"] for r, _ in envs))
 
 
-def _lag0(div: list[dict[str, float]], lags: list[int]) -> dict[str, Any]:
+def _lag0(div: list[dict[str, float]], lags: list[int]) -> Divergence:
     """The batch's own samples at lag 0 (all of them in sync mode): their KL to the trainer
     before the update is the numerical mismatch too."""
     return _pooled([d for d, lag in zip(div, lags, strict=True) if lag == 0])

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from envkit.errors import InfraFailure, ModelFailure
+from envkit.errors import FailureCategory, InfraFailure, ModelFailure, format_outcome
 from envkit.runtime import Episode
 from rl_runner.distributed.context import EpisodeContext
 from rl_runner.policy.client import SamplingParams
@@ -17,7 +17,7 @@ from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_tokenizer", "mark_aborted"]
 
-ABORTED = "aborted:straggler"  # the batch assembler cancelled the episode; not a model or infra outcome
+ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")  # the batch assembler cancelled the episode; not a model or infra outcome
 
 OBSERVATION_CAP = 1500  # characters of one observation shown to the model
 

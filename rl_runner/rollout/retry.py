@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from envkit.errors import EpisodeFailure, FailureCategory
+from envkit.errors import EpisodeFailure, OutcomeLabel, parse_outcome
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["StopRetrying", "excluded_after", "failure_record", "retryable", "run_attempts"]
@@ -18,7 +18,7 @@ __all__ = ["StopRetrying", "excluded_after", "failure_record", "retryable", "run
 
 def retryable(outcome: str) -> bool:
     """Infra and verifier failures are retried; a model's own failure is a result."""
-    return outcome.startswith((FailureCategory.INFRA.value, FailureCategory.VERIFIER.value))
+    return parse_outcome(outcome).is_infra
 
 
 class StopRetrying(Exception):  # noqa: N818 - a signal to the loop, not an error to anyone
@@ -38,7 +38,7 @@ def failure_record(describe: Callable[[], Trajectory], label: str, evidence: dic
 
 
 def excluded_after(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any],
-                   attempts: list[str]) -> Trajectory:
+                   attempts: list[OutcomeLabel]) -> Trajectory:
     traj = describe()
     traj.outcome, traj.evidence, traj.excluded = label, evidence, True
     traj.exclude_reason = f"{label} after {len(attempts)} attempts"
@@ -52,7 +52,7 @@ def run_attempts(attempt: Callable[[int, list[str]], Trajectory], *, max_retries
     returns its trajectory or raises :class:`~envkit.errors.EpisodeFailure` (recorded as
     :func:`failure_record`) or :class:`StopRetrying`. ``describe()`` makes the empty record of
     the episode."""
-    attempts: list[str] = []
+    attempts: list[OutcomeLabel] = []
     last: tuple[str, dict[str, Any]] = ("", {})
     for n in range(max_retries + 1):
         try:

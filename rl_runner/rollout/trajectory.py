@@ -4,16 +4,41 @@ Token streams are aligned: ``completion_token_ids``, ``logprobs``, ``weight_vers
 ``loss_mask`` have one entry per token after the prompt. Model tokens have mask 1, their
 behaviour log-prob and the weight version that sampled them; observation and template tokens
 have mask 0, log-prob 0.0 and version "".
+
+``outcome`` (and each of ``attempts``) is an :class:`~envkit.errors.OutcomeLabel`, whatever
+string is assigned to it; on disk it is the label's string, as always. Records are written
+with :func:`write_jsonl` and read with :func:`read_jsonl` (``Trajectory.to_dict`` /
+``Trajectory.from_dict``), nowhere else.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Trajectory", "apply_group_rule", "write_jsonl"]
+from envkit.errors import FailureCategory, OutcomeLabel, format_outcome, parse_outcome
+
+__all__ = ["Trajectory", "apply_group_rule", "read_jsonl", "write_jsonl"]
+
+
+class _OutcomeField:
+    """A dataclass field that parses every string assigned to it into an OutcomeLabel (a
+    descriptor-typed field: dataclasses take the default from ``__get__(None, cls)``), so a
+    record never holds an unparsed label, however it was set."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = f"_{name}"
+
+    def __get__(self, obj: object, owner: type | None = None) -> OutcomeLabel:
+        if obj is None:
+            return format_outcome(FailureCategory.OK)
+        label: OutcomeLabel = obj.__dict__[self.attr]
+        return label
+
+    def __set__(self, obj: object, value: str) -> None:
+        obj.__dict__[self.attr] = parse_outcome(value)
 
 
 @dataclass
@@ -29,10 +54,10 @@ class Trajectory:
     weight_versions: list[str] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     reward: float | None = None
-    outcome: str = "ok"
+    outcome: _OutcomeField = _OutcomeField()
     evidence: dict[str, Any] = field(default_factory=dict)
     retries: int = 0
-    attempts: list[str] = field(default_factory=list)  # outcomes of the failed attempts before this one
+    attempts: list[OutcomeLabel] = field(default_factory=list)  # outcomes of the failed attempts before this one
     excluded: bool = False
     exclude_reason: str = ""
     turns: int = 0
@@ -45,6 +70,15 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """The record of :meth:`to_dict` (a JSONL line). Fields a line lacks take their
+        defaults; keys this version does not know are left out."""
+        known = {f.name for f in fields(cls)}
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        record.attempts = [parse_outcome(a) for a in record.attempts]
+        return record
 
 
 def apply_group_rule(trajectories: list[Trajectory], min_members: int = 2) -> list[Trajectory]:
@@ -70,3 +104,8 @@ def write_jsonl(path: str | Path, trajectories: list[Trajectory]) -> Path:
         for t in trajectories:
             f.write(json.dumps(t.to_dict(), sort_keys=True) + "\n")
     return out
+
+
+def read_jsonl(path: str | Path) -> list[Trajectory]:
+    """The trajectories :func:`write_jsonl` wrote (earlier versions' files included)."""
+    return [Trajectory.from_dict(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from envkit.errors import FailureCategory
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from rl_runner.distributed.local import LocalRollouts
@@ -57,7 +58,7 @@ def test_chaos_attribution(server, tiny, tmp_path):
         t = trajs[i]
         if fault in INFRA_FAULTS:  # recall: the injected attempt failed as infra, and was retried
             assert attempt == 0 and t.attempts, (i, fault, t.outcome, t.attempts)
-            assert t.attempts[0].startswith(("infra_failure:", "verifier_failure:")), (i, fault, t.attempts)
+            assert t.attempts[0].is_infra, (i, fault, t.attempts)
         else:  # model faults keep their reward and are never taken for infra
             assert t.outcome == MODEL_FAULTS[fault], (i, fault, t.outcome, t.evidence)
             assert t.reward is not None and not t.excluded, (i, fault, t.attempts)
@@ -70,7 +71,7 @@ def test_chaos_attribution(server, tiny, tmp_path):
         if (i, 0) not in injected:
             for a in t.attempts:
                 assert outage and a == "infra_failure:inference_unavailable", (i, t.attempts)
-        if t.outcome.startswith("model_failure:") and (i, 0) not in injected:
+        if t.outcome.category is FailureCategory.MODEL and (i, 0) not in injected:
             assert t.outcome in ("model_failure:unparseable_action", "model_failure:turn_limit", "model_failure:token_limit")
     summary = summarize(trajs, wall_s=1.0)
     assert summary["episodes"] == 64

@@ -7,11 +7,10 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rl_runner.metrics import read_metrics
+from rl_runner.metrics import StepRecord, read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
 
 from ..conftest import ROOT, envkit
@@ -93,18 +92,18 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "checkpoint_every=0"])
     assert (recipe.steps, recipe.eval.episodes, recipe.eval.before) == (16, 128, True)
     run = train(recipe)
-    rewards = [m["reward"]["mean"] for m in run.metrics]
+    rewards = [m.reward.mean for m in run.metrics]
     assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, rewards)
     assert rewards[0] < 0.1, rewards
     assert run.eval is not None and run.eval["mean"] > 0.4, (rewards, run.eval)
     assert run.eval["ci95"][0] > run.eval_before["ci95"][1] + 0.25, (run.eval_before["ci95"], run.eval["ci95"])
     assert max(rewards[-4:]) > 4 * max(rewards[0], 0.05), rewards  # the batches' reward rose too
-    assert all(m["failures"]["infra"] == 0 for m in run.metrics)
+    assert all(m.failures.infra == 0 for m in run.metrics)
 
 
 _cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
 
-def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[dict[str, Any]]:
+def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[StepRecord]:
     """`envkit train` of the toy recipe, small batches (2 groups of 4, 4 at once), no eval
     before; it must succeed. Returns its metrics records."""
     proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", "groups_per_step=2", "group_size=4",
@@ -167,9 +166,9 @@ def test_naive_batch_policy_starts_a_fresh_sandbox_per_episode(warm: Path, tmp_p
     run_dir = tmp_path / "naive"
     metrics = _short_run(warm, run_dir, "steps=3", "eval.episodes=0", "batch.policy=naive")
     assert len(metrics) == 3
-    assert metrics[-1]["batch"]["sandboxes_reused"] == 0
-    assert metrics[-1]["batch"]["sandboxes_created"] >= 24
-    assert all(m["batch"]["carried_groups"] == 0 for m in metrics)
+    assert metrics[-1].batch.sandboxes_reused == 0
+    assert (metrics[-1].batch.sandboxes_created or 0) >= 24
+    assert all(m.batch.carried_groups == 0 for m in metrics)
     bad = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={tmp_path / 'x'}", "mode=async", "batch.policy=naive",
                timeout=300)
     assert bad.returncode == 2 and "naive" in bad.stderr and "Traceback" not in bad.stderr
@@ -181,15 +180,16 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, tmp_path: Pat
     tokenizer, generation against the same vLLM server, everything else unchanged."""
     run_dir = tmp_path / "ray"
     metrics = _short_run(warm, run_dir, "steps=2", "eval.episodes=8", "backend=ray")
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m.step for m in metrics] == [1, 2]
     trajs = [json.loads(line) for f in sorted((run_dir / "trajectories").glob("step-*.jsonl"))
              for line in f.read_text().splitlines()]
     assert len(trajs) >= 16 and all(t["placement"].get("sandbox_node") for t in trajs)
     assert len({t["placement"]["sandbox_node"] for t in trajs}) == 2, "both sandbox hosts served episodes"
     assert sum(t["outcome"].startswith("infra_failure") for t in trajs) == 0
     assert all(len(t["weight_versions"]) == len(t["completion_token_ids"]) for t in trajs)
-    assert metrics[-1]["batch"]["sandboxes_reused"] > 0  # the hosts' warm pools
-    assert 0 <= metrics[-1]["batch"]["inference_idle_share"] < 1
+    assert (metrics[-1].batch.sandboxes_reused or 0) > 0  # the hosts' warm pools
+    idle = metrics[-1].batch.inference_idle_share
+    assert idle is not None and 0 <= idle < 1
     ev = json.loads((run_dir / "eval.json").read_text())  # evaluation ran on the cluster too
     assert ev["episodes"] == 8 and ev["excluded"] == 0, ev
     assert "local" not in ev["sandbox_nodes"] and sum(ev["sandbox_nodes"].values()) == 8, ev["sandbox_nodes"]
@@ -202,12 +202,12 @@ def test_two_replicas_share_generation_and_receive_every_version(warm: Path, tmp
     both (each reports it afterwards), evaluation routed too."""
     run_dir = tmp_path / "two"
     metrics = _short_run(warm, run_dir, "steps=2", "replicas=2", "eval.episodes=4")
-    assert [m["step"] for m in metrics] == [1, 2]
+    assert [m.step for m in metrics] == [1, 2]
     for m in metrics:
-        assert m["publish"]["served_versions"] == [str(m["version"])] * 2, m["publish"]
-        assert m["publish"]["served_version"] == str(m["version"])
-        assert m["mismatch"]["round_trip_ok"], m["mismatch"]
-    requests = metrics[-1]["batch"]["replica_requests"]
+        assert m.publish.served_versions == [str(m.version)] * 2, m.publish
+        assert m.publish.served_version == str(m.version)
+        assert m.mismatch.round_trip_ok, m.mismatch
+    requests = metrics[-1].batch.replica_requests
     assert len(requests) == 2 and all(n > 0 for n in requests), requests
     assert (run_dir / "vllm.log").is_file() and (run_dir / "vllm-1.log").is_file()
     assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 4

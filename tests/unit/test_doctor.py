@@ -19,6 +19,7 @@ from rl_runner.doctor import (
     grade_reliability,
     run_checks,
 )
+from rl_runner.metrics import StepRecord
 
 
 def test_grade_boundaries_are_inclusive():
@@ -52,11 +53,12 @@ def test_publication():
     assert grade_publication([True, False], True) == "fail"
 
 
-def _metrics(rows: list[dict]) -> list[dict]:
-    return [{"step": i + 1, "version": i + 1, "ttb_s": 1.0, "train": {"train_s": 1.0}, "publish": {"total_s": 0.1, "served_version": i + 1},
-             "mismatch": {"kl": 1e-5, "max_abs": 1e-4, "round_trip_ok": True},
-             "staleness": {"kl": {"p90": 0.0}, "lag": {"0": 8}, "admitted": 8, "rejected": 0},
-             "failures": {"by_env_version": row}} for i, row in enumerate(rows)]
+def _metrics(rows: list[dict]) -> list[StepRecord]:
+    return [StepRecord.from_dict({"step": i + 1, "version": i + 1, "ttb_s": 1.0, "train": {"train_s": 1.0},
+                                  "publish": {"total_s": 0.1, "served_version": i + 1},
+                                  "mismatch": {"kl": 1e-5, "max_abs": 1e-4, "round_trip_ok": True},
+                                  "staleness": {"kl": {"p90": 0.0}, "lag": {"0": 8}, "admitted": 8, "rejected": 0},
+                                  "failures": {"by_env_version": row}}) for i, row in enumerate(rows)]
 
 
 def test_reliability_counts_first_attempts_that_a_retry_saved(tmp_path: Path):
@@ -64,7 +66,7 @@ def test_reliability_counts_first_attempts_that_a_retry_saved(tmp_path: Path):
             {"envkit/pyfix@1.0.0 sha256:aaaa": {"episodes": 50, "infra_failures": 0, "retries": 1, "first_attempt_failures": 1}}]
     metrics = _metrics(rows)
     assert environment_reliability(metrics) == {"envkit/pyfix@1.0.0 sha256:aaaa": (100, 3)}
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m.to_dict()) + "\n" for m in metrics))
     check = next(c for c in run_checks(tmp_path) if c.name == "environment reliability")
     assert check.status == "warn" and "3/100 (3.0%)" in check.measured  # nothing was excluded, yet 3% failed first
 

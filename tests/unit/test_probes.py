@@ -50,3 +50,13 @@ def test_a_beaten_probe_fails_the_task_in_the_table_and_the_figures():
         _print_validation(report, SimpleNamespace(build=SimpleNamespace(task_images={})))
     text = out.get()
     assert "beat t1" in text and "1/2 held" in text and "skipped" in text and "FAIL: 0/1" in text
+
+
+def test_the_health_figures_count_failures_by_who_caused_them():
+    tasks = [TaskCheck("t1", "easy", None, "infra_failure:sandbox_start", None, "", 0.0, ["sandbox: down"]),
+             TaskCheck("t2", "easy", 1.0, "ok", 0.0, "model_failure:command_timeout", 1.0, [], [0.5, 0.5]),
+             TaskCheck("t3", "easy", None, "verifier_failure:bad_output", None, "infra_failure:sandbox_start", 1.0, ["x"], [0.5, 0.5])]
+    report = ValidationReport("ns/env@1.0.0", "sha256:" + "0" * 64, tasks, {"ok": True, "seed": 0, "hashes": []}, 1.0)
+    figures = report.health_figures()
+    assert figures["episodes"] == 5 and figures["model_failures"] == 1
+    assert figures["infra_failures"] == {"sandbox_start": 2, "bad_output": 1}
