@@ -43,7 +43,7 @@ Outcome labels, the form every record keeps on disk (trajectories, JSONL, summar
 
 ``aborted`` is the RL runner's: it cancelled the episode (a straggler); nobody's failure.
 :func:`parse_outcome` reads one into an :class:`OutcomeLabel` (which *is* the string, with
-``category``, ``kind`` and ``is_infra``), :func:`format_outcome` writes one, and
+``category``, ``kind`` and ``retryable``), :func:`format_outcome` writes one, and
 ``format_outcome(l.category, l.kind) == l`` for every label ``l``.
 """
 
@@ -185,7 +185,7 @@ class OutcomeLabel(str):
 
     It is the label's string, equal to it, hashed and serialised as it (a ``str`` subclass
     rather than a pair, so every record, counter and JSON document keeps the form on disk it
-    always had); code asks ``category``, ``kind`` and ``is_infra`` instead of matching prefixes.
+    always had); code asks ``category``, ``kind`` and ``retryable`` instead of matching prefixes.
     Raises ``ValueError`` for a string outside the grammar."""
 
     __slots__ = ()
@@ -213,7 +213,7 @@ class OutcomeLabel(str):
         return self.partition(":")[2]
 
     @property
-    def is_infra(self) -> bool:
+    def retryable(self) -> bool:
         """Not the model's doing (infra or verifier): retried on a fresh sandbox, excluded."""
         return self.category in (FailureCategory.INFRA, FailureCategory.VERIFIER)
 
@@ -241,8 +241,8 @@ class Outcome:
         return format_outcome(self.category, self.kind)
 
     @property
-    def is_infra(self) -> bool:
-        return self.label.is_infra
+    def retryable(self) -> bool:
+        return self.label.retryable
 
     def to_dict(self) -> dict[str, Any]:
         return {"outcome": self.label, "evidence": self.evidence}

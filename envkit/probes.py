@@ -441,7 +441,7 @@ def run_probe(runtime: EnvRuntime, task: Task, seed: int, probe: Probe, sandbox:
     result = run(runtime, task, seed, agent, sandbox)
     reward, outcome = result.reward, result.outcome
     why = ""
-    if parse_outcome(outcome).is_infra:
+    if parse_outcome(outcome).retryable:
         why = f"its episode ended in {outcome} (excluded: a dodged penalty): {result.evidence.get('message', '')}"
     elif reward is not None and reward > (null_reward or 0.0) + 1e-9:
         why = f"reward {reward:g} above the null agent's {null_reward}"

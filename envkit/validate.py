@@ -77,7 +77,7 @@ class ValidationReport:
         outcomes = [parse_outcome(o) for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
         infra: dict[str, int] = {}
         for o in outcomes:
-            if o.is_infra:
+            if o.retryable:
                 infra[o.kind] = infra.get(o.kind, 0) + 1
         times = [s for t in self.tasks for s in t.episode_seconds if s > 0]
         figures: dict[str, Any] = {

@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
             print_json(result.to_dict())
         else:
             _print_trace(result)
-        if parse_outcome(result.outcome).is_infra:
+        if parse_outcome(result.outcome).retryable:
             raise typer.Exit(1)
 
     @app.command("validate")

@@ -18,7 +18,7 @@ __all__ = ["StopRetrying", "excluded_after", "failure_record", "retryable", "run
 
 def retryable(outcome: str) -> bool:
     """Infra and verifier failures are retried; a model's own failure is a result."""
-    return parse_outcome(outcome).is_infra
+    return parse_outcome(outcome).retryable
 
 
 class StopRetrying(Exception):  # noqa: N818 - a signal to the loop, not an error to anyone

@@ -58,7 +58,7 @@ def test_chaos_attribution(server, tiny, tmp_path):
         t = trajs[i]
         if fault in INFRA_FAULTS:  # recall: the injected attempt failed as infra, and was retried
             assert attempt == 0 and t.attempts, (i, fault, t.outcome, t.attempts)
-            assert t.attempts[0].is_infra, (i, fault, t.attempts)
+            assert t.attempts[0].retryable, (i, fault, t.attempts)
         else:  # model faults keep their reward and are never taken for infra
             assert t.outcome == MODEL_FAULTS[fault], (i, fault, t.outcome, t.evidence)
             assert t.reward is not None and not t.excluded, (i, fault, t.attempts)

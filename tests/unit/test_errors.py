@@ -37,8 +37,8 @@ def test_outcome_labels_and_evidence():
     f = ModelFailure("command_timeout", "ran past 5 s", command="sleep 9")
     assert f.outcome.label == "model_failure:command_timeout"
     assert f.outcome.evidence == {"message": "ran past 5 s", "command": "sleep 9"}
-    assert not f.outcome.is_infra
-    assert InfraFailure("container_lost", "gone").outcome.is_infra
+    assert not f.outcome.retryable
+    assert InfraFailure("container_lost", "gone").outcome.retryable
     assert VerifierFailure("verifier_crash", "exit 1").outcome.label == "verifier_failure:verifier_crash"
     assert Outcome.ok().label == "ok" and Outcome.ok().category is FailureCategory.OK
 
@@ -64,16 +64,16 @@ def test_a_label_is_its_string_on_disk_and_in_counters():
     assert parse_outcome(label) is label
 
 
-@pytest.mark.parametrize(("label", "category", "is_infra"), [
+@pytest.mark.parametrize(("label", "category", "retryable"), [
     ("ok", FailureCategory.OK, False),
     ("model_failure:code_timeout", FailureCategory.MODEL, False),
     ("infra_failure:inference_unavailable", FailureCategory.INFRA, True),
     ("verifier_failure:bad_output", FailureCategory.VERIFIER, True),
     ("aborted:straggler", FailureCategory.ABORTED, False),
 ])
-def test_what_a_label_says(label, category, is_infra):
+def test_what_a_label_says(label, category, retryable):
     parsed = parse_outcome(label)
-    assert (parsed.category, parsed.is_infra) == (category, is_infra)
+    assert (parsed.category, parsed.retryable) == (category, retryable)
     assert parsed.kind == label.partition(":")[2]
 
 

@@ -25,11 +25,11 @@ def test_a_trajectory_jsonl_in_todays_format_reads_back_typed() -> None:
     assert isinstance(ok.outcome, OutcomeLabel) and ok.outcome.category is FailureCategory.OK
 
     assert excluded.outcome == "infra_failure:sandbox_start" and excluded.outcome.kind == "sandbox_start"
-    assert excluded.outcome.is_infra and excluded.excluded and excluded.reward is None and excluded.retries == 2
-    assert all(isinstance(a, OutcomeLabel) and a.is_infra for a in excluded.attempts)
+    assert excluded.outcome.retryable and excluded.excluded and excluded.reward is None and excluded.retries == 2
+    assert all(isinstance(a, OutcomeLabel) and a.retryable for a in excluded.attempts)
     assert [a.kind for a in excluded.attempts] == ["sandbox_start", "container_lost", "sandbox_start"]
 
-    assert aborted.outcome.category is FailureCategory.ABORTED and not aborted.outcome.is_infra
+    assert aborted.outcome.category is FailureCategory.ABORTED and not aborted.outcome.retryable
 
     assert old.placement == {}  # a field the line lacks takes its default
     assert old.outcome.category is FailureCategory.MODEL and old.reward == 0.0
