@@ -217,7 +217,7 @@ def _failure_rates(trajs: list[Trajectory]) -> Failures:
             episodes=len(ts), retries=sum(t.retries for t in ts),
             infra_failures=sum(t.excluded and t.outcome.category is FailureCategory.INFRA for t in ts),
             # the first attempt failed as infra or verifier, whether a retry then succeeded or not
-            first_attempt_failures=sum(bool(t.attempts) or t.outcome.is_infra for t in ts)) for key, ts in by_env.items()})
+            first_attempt_failures=sum(bool(t.attempts) or t.outcome.retryable for t in ts)) for key, ts in by_env.items()})
 
 
 def _distinct_prompts(trajs: list[Trajectory]) -> list[list[int]]:
@@ -413,8 +413,11 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
     end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
     sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
     version = trainer.step
+    stamp = time.strftime('%Y%m%d-%H%M%S')
     if recipe.resume is not None:  # vLLM serves the checkpoint's weights, from a folder of their own
-        publisher.publish(trainer.export, version, name=f"v{version:06d}-resumed-{time.strftime('%Y%m%d-%H%M%S')}")
+        publisher.publish(trainer.export, version, name=f"v{version:06d}-resumed-{stamp}")
+    elif recipe.policy_urls:  # servers this run did not start may serve other weights: the trainer's, first
+        publisher.publish(trainer.export, version, name=f"v{version:06d}-start-{stamp}")
     else:
         publisher.tag(str(version))
 
