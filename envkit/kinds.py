@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from envkit.bundle import Bundle
 from envkit.errors import ModelFailure, UserError, VerifierFailure
+from envkit.harbor import SOLVE
 from envkit.images import BuildResult
 from envkit.records import VerifyResult
 from envkit.sandbox import AGENT, VERIFIER, SandboxLimits
@@ -50,7 +51,6 @@ __all__ = ["KINDS", "ContainerKind", "ContainerSandboxSpec", "EnvKind", "ImageKi
            "build", "kind_of"]
 
 ORACLE_PATH = "/tmp/envkit-oracle.sh"  # an image environment's oracle script, as the agent sees it
-SOLVE = "solve.sh"  # a container (Harbor) task's oracle, in its solution/ folder
 
 
 # -- sandbox specs: picklable, enough to make sandboxes anywhere ------------------------------
@@ -87,8 +87,8 @@ class ContainerSandboxSpec:
     limits: SandboxLimits
     labels: dict[str, str]
 
-    missing_image_hint = ("every task image of this container environment is needed (its builds are not reproducible: "
-                          "`docker save` them here and `docker load` them there)")
+    missing_image_hint = ("`docker save` every task image here and `docker load` them there (a container environment's "
+                          "builds are not reproducible)")
 
     def images(self) -> list[str]:
         return sorted(set(self.task_images.values()))

@@ -20,6 +20,7 @@ verifier trains forgers), so it keeps two rules (docs/architecture.md, "Failure 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -48,15 +49,16 @@ class EnvRuntime:
         self.kind: EnvKind = kind_of(env.spec)
         self.build = build_result or self.kind.build(env, client=client)
         self.limits = SandboxLimits.from_spec(env.spec.limits)
-        self.backend: Any = backend if backend is not None else self.kind.sandbox_spec(
-            env, self.build, self.limits, {"org.envkit.env": env.ref}).backend(client=client)
+        self._spec = self.kind.sandbox_spec(env, self.build, self.limits, {"org.envkit.env": env.ref})
+        self.backend: Any = backend if backend is not None else self._spec.backend(client=client)
         self._first_hash: dict[tuple[int, str], str] = {}
         self._lock = threading.Lock()
 
     def sandbox_spec(self) -> SandboxSpec:
         """What a sandbox host elsewhere (a Ray node) needs to make this environment's
-        sandboxes, with the labels this runtime's own backend puts on them."""
-        return self.kind.sandbox_spec(self.env, self.build, self.limits, dict(self.backend.labels))
+        sandboxes: the spec this runtime's own backend was made from, with the labels that
+        backend puts on them now (tests add theirs)."""
+        return dataclasses.replace(self._spec, labels=dict(self.backend.labels))
 
     def check_reset(self, reset: ResetResult) -> None:
         """Same seed, same state: the first hash seen for a seed is the reference."""

@@ -57,9 +57,10 @@ def register(app: typer.Typer) -> None:
                 console.print(f"starting vLLM for {model} …")
             server.start()
         router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
-        rollouts = open_rollouts(runtime, router, setup=lambda: tokenizer, max_retries=retries,
-                                 policy_ready=server.healthy if server is not None else None)
+        rollouts = None
         try:
+            rollouts = open_rollouts(runtime, router, setup=lambda: tokenizer, max_retries=retries,
+                                     policy_ready=server.settled if server is not None else None)
             t0 = time.monotonic()
             if as_json:
                 trajectories = collect(rollouts, episodes, sampling=sampling, concurrency=concurrency)
@@ -71,7 +72,8 @@ def register(app: typer.Typer) -> None:
                                            progress=lambda _t: progress.advance(bar))
             wall = time.monotonic() - t0
         finally:
-            rollouts.close()
+            if rollouts is not None:
+                rollouts.close()
             router.close()
             if server is not None:
                 server.stop()

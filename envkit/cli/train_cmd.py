@@ -169,8 +169,11 @@ def register(app: typer.Typer) -> None:
         end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         server = None if policy_url else VLLMServer(model).start()
         router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
-        rollouts = [open_rollouts(rt, router, setup=lambda: tokenizer) for rt in runtimes]
+        rollouts: list[Any] = []
         try:
+            for rt in runtimes:
+                rollouts.append(open_rollouts(rt, router, setup=lambda: tokenizer,
+                                              policy_ready=server.settled if server is not None else None))
             result = evaluate([(r, list(r.runtime.env.tasks)) for r in rollouts],
                               sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, stop_token_ids=(end_id,)),
                               episodes=n, concurrency=concurrency, seed=seed)

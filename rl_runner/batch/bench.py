@@ -184,13 +184,16 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
             say(f"{policy.name}: {batches} batch(es) of {trajectories} …")
             t0 = time.monotonic()
             router = Router([PolicyClient(u) for u in urls], affinity=policy.affinity)
-            placement = RayPlacement(ray_address, episodes_per_worker=concurrency) if backend == "ray" and ray_address else None
-            runner = open_rollouts(runtime, router, ray=placement)
+            placement = RayPlacement(ray_address or "auto", episodes_per_worker=concurrency) if backend == "ray" else None
+            runner = None
             try:
+                runner = open_rollouts(runtime, router, ray=placement,
+                                       policy_ready=lambda: all(s.settled() for s in started))
                 row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
                                  concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
             finally:
-                runner.close()
+                if runner is not None:
+                    runner.close()
                 router.close()
             row["wall_s"] = round(time.monotonic() - t0, 2)
             say(f"  TTB {row['ttb_s']:.1f} s (ideal {row['ideal_s']:.1f} s)")

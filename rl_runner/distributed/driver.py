@@ -2,7 +2,7 @@
 sandbox hosts on CPU nodes (:mod:`rl_runner.distributed.host`), rollout workers scheduled by
 Ray (:mod:`rl_runner.distributed.worker`), vLLM replicas as separate servers.
 
-``run(fn, kwargs, session=, cancel=)`` runs one episode attempt after another until one is not
+``run(fn, kwargs, session=, cancel=, describe=)`` runs one episode attempt after another until one is not
 an infra or verifier failure: it picks the least busy live host and worker, waits, and on a
 failure retries on a *different* host (when one is left). A sandbox host that dies
 mid-episode (node lost, actor killed) turns that episode's next sandbox call into
@@ -108,7 +108,7 @@ class RayRollouts:
                 ray.kill(h)
             why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), str(e)[-500:])
             raise UserError(f"a sandbox host could not start: {why}",
-                            f"every sandbox node needs Docker running and its images: {spec.missing_image_hint}") from None
+                            f"every sandbox node needs Docker running and the environment's images: {spec.missing_image_hint}") from None
         self.hosts = [_Member(h, i) for h, i in zip(handles, infos, strict=True)]
         w = self.workers or len({i["node"] for i in infos})
         worker_cls = ray.remote(RolloutWorker)
@@ -181,11 +181,13 @@ class RayRollouts:
         ``describe()`` makes the (empty) record of an episode that never ran."""
         import ray
 
+        if on_attempt is not None:
+            raise ValueError("on_attempt hooks run on the episode's thread; on Ray the episode runs in a rollout worker")
         used: set[int] = set()
         since = time.monotonic()
 
         def attempt(n: int, failed: list[str]) -> Trajectory:
-            before_attempt(n, failed, policy_ready=self.policy_ready, on_attempt=on_attempt)
+            before_attempt(n, failed, policy_ready=self.policy_ready, on_attempt=None)
             host = self._pick(self.hosts, used)
             worker = self._pick(self.pool, set())
             if host is None or worker is None:

@@ -13,8 +13,10 @@ runs on either backend. There is one per purpose: the model-driven agent
 ``run(fn, kwargs, session=, cancel=, describe=)`` runs attempts under the retry rule of
 :mod:`rl_runner.rollout.retry` (each retry on a fresh sandbox) and returns the one trajectory
 that counts; ``describe()`` makes the record of an episode that never ran. Before each attempt
-the backend waits for the policy after an ``inference_unavailable`` failure and calls the
-caller's ``on_attempt(n)`` hook (the chaos injector's).
+the backend waits for the policy after an ``inference_unavailable`` failure (``policy_ready``)
+and, on the local backend, calls the caller's ``on_attempt(n)`` hook on the episode's own
+thread (the chaos injector's; the Ray backend refuses one: its episodes run in other
+processes, out of the hook's reach).
 """
 
 from __future__ import annotations
@@ -79,5 +81,9 @@ def open_rollouts(runtime: EnvRuntime, router: Router, *, ray: RayPlacement | No
                                affinity=router.affinity, max_retries=max_retries, worker_setup=setup,
                                episodes_per_worker=ray.episodes_per_worker, router=router,
                                policy_ready=policy_ready).start()
-    rollouts.configure(*supply)
+    try:
+        rollouts.configure(*supply)
+    except BaseException:
+        rollouts.close()
+        raise
     return rollouts

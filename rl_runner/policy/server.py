@@ -109,6 +109,11 @@ class VLLMServer:
         except httpx.HTTPError:
             return False
 
+    def settled(self) -> bool:
+        """It answers, or its process has exited (nothing restarts it: waiting longer for it to
+        answer would not help). What a retry after an inference outage waits for."""
+        return self.proc is not None and self.proc.poll() is not None or self.healthy()
+
     def log_tail(self, n: int = 4000) -> str:
         try:
             return self.log_path.read_bytes()[-n:].decode(errors="replace")

@@ -118,7 +118,7 @@ def _pool_size(recipe: Recipe) -> int:
     return recipe.batch.pool_size or share + max(1, math.ceil(share / 4))
 
 
-def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], router: Router,
+def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], router: Router, tokenizer: Any,
                    policy_ready: Callable[[], bool] | None, cleanup: contextlib.ExitStack,
                    say: Callable[[str], None]) -> list[Target]:
     """Each environment's rollouts, chosen once here: this machine's (``backend: local``) or a
@@ -136,14 +136,17 @@ def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], 
             address = cluster.address
         placement = RayPlacement(address, workers=recipe.ray.workers or None, episodes_per_worker=recipe.concurrency)
     supply = ("fresh", 0) if recipe.batch.policy == "naive" else ("pool", _pool_size(recipe))
+    # what episodes find in ctx.extra: this process's tokenizer, or one each Ray worker loads
+    setup = (lambda: tokenizer) if placement is None else functools.partial(load_tokenizer, str(recipe.model))
     out: list[Target] = []
     for runtime, tasks in loaded:
-        rollouts = open_rollouts(runtime, router, ray=placement, setup=functools.partial(load_tokenizer, str(recipe.model)),
-                                 max_retries=recipe.retries, policy_ready=policy_ready, supply=supply)
+        rollouts = open_rollouts(runtime, router, ray=placement, setup=setup, max_retries=recipe.retries,
+                                 policy_ready=policy_ready, supply=supply)
         cleanup.callback(rollouts.close)
         if placement is not None:
             stats = rollouts.sandbox_stats()
-            say(f"{runtime.env.ref}: {stats.get('hosts', 0)} sandbox host(s) on Ray")
+            say(f"{runtime.env.ref}: {stats.get('hosts', 0)} sandbox host(s) on Ray, "
+                f"{len(getattr(rollouts, 'pool', []))} rollout worker(s)")
         out.append((rollouts, tasks))
     return out
 
@@ -361,9 +364,12 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
         router = Router(clients, affinity=True)  # session-affine over the replicas; measures inference idle time
-        ready = (lambda: all(s.healthy() for s in servers)) if servers else None
-        envs = _open_rollouts(recipe, loaded, router, ready, cleanup, say)  # warm pools fill while vLLM starts
-        _start(servers, say)
+        ready = (lambda: all(s.settled() for s in servers)) if servers else None
+        if recipe.backend == "ray":  # a cluster's start-up would only compete with vLLM's
+            _start(servers, say)
+        envs = _open_rollouts(recipe, loaded, router, tokenizer, ready, cleanup, say)
+        if recipe.backend != "ray":  # this machine's warm pools fill while vLLM starts
+            _start(servers, say)
         return _loop(_Run(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics), on_step, say)
 
 

@@ -97,6 +97,8 @@ class ChaosInjector:
 
     # -- seams ------------------------------------------------------------------------
     def wrap_runtime(self, runtime: EnvRuntime) -> EnvRuntime:
+        """Put the fault hooks on ``runtime``'s sandbox backend. Do it before opening the
+        runtime's rollouts: a sandbox supply keeps the backend it was made with."""
         runtime.backend = _FaultyBackend(runtime.backend, self)
         return runtime
 
