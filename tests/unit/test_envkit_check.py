@@ -163,12 +163,13 @@ def f(cls, item, call):
     return rep
 r.TestReport.from_item_and_call = classmethod(f)
 ''',
-    # every result file named in argv or in the temporary folder (the test's own: verify() sets
-    # TMPDIR, so the hack cannot reach other processes' files in /tmp)
+    # every result file named in argv or in the scratch folder: verify() points @SCRATCH@ at the
+    # test's own (on the host, /tmp/**/*.json is every other program's files too; the agent's
+    # worker gets a clean environment, so TMPDIR cannot confine it)
     "result-rewrite": '''
-import atexit, glob, json, sys, tempfile
+import atexit, glob, json, sys
 def rewrite():
-    scratch = glob.glob(tempfile.gettempdir() + "/**/*.json", recursive=True)
+    scratch = glob.glob("@SCRATCH@/**/*.json", recursive=True)
     for p in [a.split("=", 1)[-1] for a in sys.argv] + scratch:
         try:
             open(p, "w").write(json.dumps({"tests": {"x": True}, "reward": 1.0}))
@@ -199,15 +200,14 @@ def verify(tmp_path: Path, module: str, *, call_timeout: float = 10.0, hooks: bo
     ws = tmp_path / "ws"
     (ws / "kit").mkdir(parents=True)
     (ws / "kit" / "__init__.py").write_text("")
-    (ws / "kit" / "stats.py").write_text(module)
+    (ws / "kit" / "stats.py").write_text(module.replace("@SCRATCH@", str(tmp_path)))
     for name, text in STARTUP_HOOKS.items() if hooks else ():
         (ws / name).write_text(text)
     tests = tmp_path / "hidden"
     tests.mkdir()
     (tests / "t.py").write_text(HIDDEN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")}
-    (tmp_path / "tmp").mkdir()
-    env.update(ENVKIT_WORKSPACE=str(ws), ENVKIT_TASK_ID="t", TMPDIR=str(tmp_path / "tmp"))
+    env.update(ENVKIT_WORKSPACE=str(ws), ENVKIT_TASK_ID="t")
     proc = subprocess.run([sys.executable, str(INCONTAINER / "pytest_verifier.py"), "--tests", str(tests), "--call-timeout",
                            f"{call_timeout:g}"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -220,8 +220,13 @@ def test_honest_code_earns_its_reward(tmp_path):
 
 @pytest.mark.parametrize("hack", sorted(set(HACKS) - {"hang"}))
 def test_no_hack_earns_a_reward(tmp_path, hack):
+    bait = tmp_path / "results" / "report.json"  # a result file where the rewrite hack looks
+    bait.parent.mkdir()
+    bait.write_text('{"passed": 0}')
     out = verify(tmp_path, HACKS[hack], hooks=True)  # startup hooks planted too: conftest, sitecustomize, .pth
     assert out["reward"] == 0.0, out
+    if hack == "result-rewrite":  # it ran (and rewrote what it could reach), and earned nothing
+        assert json.loads(bait.read_text())["reward"] == 1.0
 
 
 def test_a_hang_costs_one_timeout_and_scores_nothing(tmp_path):
