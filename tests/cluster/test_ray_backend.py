@@ -205,8 +205,9 @@ def test_a_node_without_a_task_image_is_a_clear_error(cluster: LocalRayCluster, 
     write_harbor_tasks(root / "src")
     tag = find_base(connect()).tag
     import_harbor([root / "src"], root / "env", name="harbor/raytest", base_map={image: tag for image in UNPULLABLE})
-    runtime = EnvRuntime(load_environment(root / "env"))
-    runtime.build.task_images[runtime.env.tasks[3].id] = "sha256:" + "0" * 64  # an image no engine has
+    built = EnvRuntime(load_environment(root / "env"))
+    images = {**built.build.task_images, built.env.tasks[3].id: "sha256:" + "0" * 64}  # one image no engine has
+    runtime = EnvRuntime(built.env, build_result=dataclasses.replace(built.build, task_images=images))
     with pytest.raises(UserError, match="not in the Docker engine of node") as e:
         RayRollouts(runtime, [], address=cluster.address).start()
     assert "docker load" in e.value.hint
