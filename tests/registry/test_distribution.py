@@ -72,31 +72,31 @@ def test_pull_detects_an_image_mismatch(registry, cli_env, tmp_path):
     claimed = "sha256:" + "c" * 64
     with registry.client(registry.token) as c:
         assert put(c, bundle, name="liar", image=claimed).status_code == 201
-    proc = envkit(cli_env, "pull", "envkit/liar@1.0.0")
+    proc = envkit("pull", "envkit/liar@1.0.0", env=cli_env)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert claimed in proc.stderr and "rebuilt" in proc.stderr and "sha256:" in proc.stderr.replace(claimed, "")
 
 
 def test_pull_unknown_and_unreachable(registry, cli_env, tmp_path):
-    proc = envkit(cli_env, "pull", "envkit/nothing-here")
+    proc = envkit("pull", "envkit/nothing-here", env=cli_env)
     assert proc.returncode == 2 and "doesn't exist" in proc.stderr
     down = {**cli_env, "ENVKIT_REGISTRY_URL": "http://127.0.0.1:9"}
-    proc = envkit(down, "search")
+    proc = envkit("search", env=down)
     assert proc.returncode == 2 and "does not answer" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_publish_without_rights(registry, cli_env, tmp_path):
     folder = unique_pyfix(tmp_path, "forbidden")
-    proc = envkit({**cli_env, "ENVKIT_TOKEN": registry.other_token}, "publish", str(folder))
+    proc = envkit("publish", str(folder), env={**cli_env, "ENVKIT_TOKEN": registry.other_token})
     assert proc.returncode == 2 and "namespace `envkit`" in proc.stderr
 
 
 def test_validate_reports_health_to_the_registry(registry, cli_env, tmp_path):
     folder = unique_pyfix(tmp_path, "reported")
-    assert envkit(cli_env, "publish", str(folder)).returncode == 0
-    proc = envkit(cli_env, "validate", "envkit/reported@1.0.0", "--report", "--task", "fix-median", "--task", "fix-slugify",
-                  cwd=tmp_path)
+    assert envkit("publish", str(folder), env=cli_env).returncode == 0
+    proc = envkit("validate", "envkit/reported@1.0.0", "--report", "--task", "fix-median", "--task", "fix-slugify",
+                  cwd=tmp_path, env=cli_env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "reported to" in proc.stdout
     with registry.client() as anon:
@@ -118,17 +118,17 @@ def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_
     write_harbor_tasks(tmp_path / "src")
     tag = find_base().tag
     import_harbor([tmp_path / "src"], tmp_path / "env", name="envkit/harbor-shared", base_map=dict.fromkeys(UNPULLABLE, tag))
-    refused = envkit(cli_env, "publish", str(tmp_path / "env"), "--oci", "127.0.0.1:1")
+    refused = envkit("publish", str(tmp_path / "env"), "--oci", "127.0.0.1:1", env=cli_env)
     assert refused.returncode == 2 and "one image per task" in refused.stderr
-    pub = envkit(cli_env, "publish", str(tmp_path / "env"), "--json")
+    pub = envkit("publish", str(tmp_path / "env"), "--json", env=cli_env)
     assert pub.returncode == 0, pub.stderr
     published = json.loads(pub.stdout)
     with registry.client() as c:
         assert c.get("/environments/envkit/harbor-shared/versions/1.0.0").json()["reproducible"] is False
-    pulled = envkit(cli_env, "pull", "envkit/harbor-shared@1.0.0", "--json")
+    pulled = envkit("pull", "envkit/harbor-shared@1.0.0", "--json", env=cli_env)
     assert pulled.returncode == 0, pulled.stderr
     result = json.loads(pulled.stdout)
     assert result["source"].startswith("rebuilt from Dockerfiles") and result["bundle_digest"] == published["bundle_digest"]
-    run = envkit(cli_env, "run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path)
+    run = envkit("run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0

@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ..conftest import envkit
 from .conftest import free_port
-from .test_distribution import envkit, unique_pyfix
+from .test_distribution import unique_pyfix
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +50,7 @@ def test_publish_with_oci_and_pull_from_it(registry, cli_env, tmp_path, oci_regi
     import docker
 
     folder = unique_pyfix(tmp_path, "oci-pyfix")
-    pub = envkit(cli_env, "publish", str(folder), "--oci", oci_registry, "--json")
+    pub = envkit("publish", str(folder), "--oci", oci_registry, "--json", env=cli_env)
     assert pub.returncode == 0, pub.stderr
     published = json.loads(pub.stdout)
     assert published["oci_ref"].startswith(f"{oci_registry}/envkit/oci-pyfix@sha256:")
@@ -57,9 +58,9 @@ def test_publish_with_oci_and_pull_from_it(registry, cli_env, tmp_path, oci_regi
         assert anon.get("/environments/envkit/oci-pyfix/versions/1.0.0").json()["oci_ref"] == published["oci_ref"]
 
     docker.from_env().images.remove(published["image_id"], force=True)
-    pulled = envkit(cli_env, "pull", "envkit/oci-pyfix@1.0.0", "--json")
+    pulled = envkit("pull", "envkit/oci-pyfix@1.0.0", "--json", env=cli_env)
     assert pulled.returncode == 0, pulled.stderr
     result = json.loads(pulled.stdout)
     assert result["source"] == "oci" and result["image_id"] == published["image_id"]
-    run = envkit(cli_env, "run", "envkit/oci-pyfix@1.0.0", "--task", "add-percentile", "--json", cwd=tmp_path)
+    run = envkit("run", "envkit/oci-pyfix@1.0.0", "--task", "add-percentile", "--json", cwd=tmp_path, env=cli_env)
     assert run.returncode == 0 and json.loads(run.stdout)["reward"] == 1.0
