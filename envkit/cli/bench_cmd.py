@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import Progress
@@ -156,6 +157,15 @@ def rollout(
     saved = Path("runs/bench") / f"rollout-{time.strftime('%Y%m%d-%H%M%S')}.json"
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    show_rollout(result, saved)
+
+
+def _share(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
+
+
+def show_rollout(result: dict[str, Any], saved: Path) -> None:
+    """Print `envkit bench rollout`'s table and verdicts for a result (``saved``: where its JSON is)."""
     s = result["setup"]
     table = Table(title=f"envkit bench rollout  ({s['batches']} batch(es) of {s['trajectories']} per policy, groups of "
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
@@ -183,7 +193,3 @@ def rollout(
     console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB); retried: "
                   "infra failures run again on a fresh sandbox; excl: trajectories whose retries ran out. "
                   f"Workload parameters: docs/bench.md; every figure: {saved}[/]")
-
-
-def _share(x: float | None) -> str:
-    return "" if x is None else f"{100 * x:.0f}%"
