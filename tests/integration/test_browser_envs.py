@@ -22,6 +22,7 @@ def tracker(client) -> EnvRuntime:
     return rt
 
 
+@pytest.mark.slow
 def test_validate_issuetracker_via_cli():
     proc = envkit("validate", "environments/issuetracker", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr

@@ -3,6 +3,8 @@ import shutil
 import uuid
 from pathlib import Path
 
+import pytest
+
 from envkit.base import build_base, find_base
 from envkit.images import LOCK_FILE
 from envkit.kinds import build
@@ -53,6 +55,7 @@ def test_image_labels_and_layout(client, pyfix_runtime):
     assert image.attrs["Created"].startswith("1970-01-01")
 
 
+@pytest.mark.slow
 def test_base_image_is_reproducible(client):
     """Two builds of the base from the same Debian packages give the same image ID.
 

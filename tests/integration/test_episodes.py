@@ -132,6 +132,7 @@ def test_reset_restores_state_exactly(pyfix_runtime):
         sb.destroy()
 
 
+@pytest.mark.slow
 def test_validate_pyfix_via_cli(pyfix_runtime):
     proc = envkit("validate", "environments/pyfix", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
@@ -163,6 +164,7 @@ def test_validate_fails_when_the_verifier_prints_no_reward_on_the_seeded_state(p
     assert any("null: reward None (verifier_failure:bad_output)" in p and "seeded state" in p for p in task["problems"]), task
 
 
+@pytest.mark.slow
 def test_scaffold_builds_and_validates(tmp_path):
     folder = tmp_path / "starter"
     assert envkit("init", str(folder), "--kind", "repo").returncode == 0

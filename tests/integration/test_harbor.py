@@ -71,6 +71,7 @@ def test_import_maps_fields_and_lists_what_it_cannot(imported):
     assert json.loads((env_dir / "harbor-import.json").read_text())["tasks"] == report["tasks"]
 
 
+@pytest.mark.slow
 def test_imported_environment_builds_validates_and_is_marked_not_reproducible(runtime, imported):
     env_dir, _ = imported
     lock = json.loads((env_dir / "envkit.lock").read_text())
@@ -83,6 +84,7 @@ def test_imported_environment_builds_validates_and_is_marked_not_reproducible(ru
     assert all(t.oracle_reward == 1.0 and t.null_reward == 0.0 for t in report.tasks)
 
 
+@pytest.mark.slow
 def test_probes_show_what_harbors_trust_model_does_not_guarantee(runtime):
     """An imported task keeps Harbor's model: its tests run the agent's code in the agent's own
     container, as a user the agent's code can act as. The probes find that (docs/spec.md)."""
@@ -95,6 +97,7 @@ def test_probes_show_what_harbors_trust_model_does_not_guarantee(runtime):
     assert set(report.probes_skipped) == {"path-escape", "off-origin"}
 
 
+@pytest.mark.slow
 def test_validate_cli_says_not_reproducible_and_check_recorded_compares(imported):
     env_dir, _ = imported
     proc = envkit("validate", str(env_dir), "--probes", "none")
@@ -184,6 +187,7 @@ def test_import_export_import_is_stable(client, imported, tmp_path):
     assert proc.returncode == 2 and "not supported yet" in proc.stderr and not (tmp_path / "no").exists()
 
 
+@pytest.mark.slow
 def test_a_repo_environment_exports_to_harbor_and_comes_back_valid(client, tmp_path):
     """pyfix -> Harbor folders -> envkit again: every oracle still reaches 1.0 and the null agent 0.0,
     from the same seeded commit; and a second round gives the same tasks."""

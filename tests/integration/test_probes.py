@@ -3,6 +3,8 @@ verifier, and what does not apply is skipped with its reason."""
 
 import json
 
+import pytest
+
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from envkit.validate import validate
@@ -22,6 +24,7 @@ def test_median_of_even_length():
 '''
 
 
+@pytest.mark.slow
 def test_shellcmd_passes_the_default_probes(client):
     runtime = EnvRuntime(load_environment(ROOT / "environments" / "shellcmd"), client=client)
     runtime.backend.labels.update(TEST_LABEL)
@@ -32,6 +35,7 @@ def test_shellcmd_passes_the_default_probes(client):
     assert report.health_figures()["probes"]["beaten"] == {}
 
 
+@pytest.mark.slow
 def test_the_probes_catch_a_verifier_that_trusts_the_agents_exit_status(pyfix_copy):
     (pyfix_copy / "verify" / "tests" / "fix-median.py").write_text(WEAK_TEST)
     proc = envkit("validate", str(pyfix_copy), "--task", "fix-median", "--json")

@@ -53,6 +53,7 @@ def test_a_forged_pass_scores_nothing(pyfix_runtime, hack):
     assert result.outcome == "ok" and result.reward == 0.0, result.verifier
 
 
+@pytest.mark.slow
 def test_a_hang_at_import_is_the_models_failure_with_reward_0(pyfix_runtime):
     result = run_episode(pyfix_runtime, pyfix_runtime.env.task("fix-median"), 0,
                          append("kit/stats.py", "import time\ntime.sleep(10 ** 6)\n"))

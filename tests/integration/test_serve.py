@@ -149,6 +149,7 @@ def test_more_sessions_than_allowed_are_refused(served):
                 pass
 
 
+@pytest.mark.slow
 def test_idle_session_is_reaped_and_killed_client_releases_its_sandbox(served, client, tmp_path):
     env = GenericEnvClient(base_url=served).sync()
     env.connect()

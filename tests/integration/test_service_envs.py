@@ -42,6 +42,7 @@ def runtime_for(path: Path, client) -> EnvRuntime:
     return rt
 
 
+@pytest.mark.slow
 def test_validate_supportdesk_via_cli():
     proc = envkit("validate", "environments/supportdesk", "--json", timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr

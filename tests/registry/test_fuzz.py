@@ -7,11 +7,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from .bundles import make_pyfix_bundle, put
 
 SCHEMATHESIS = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "schemathesis"
 
 
+@pytest.mark.slow
 def test_no_server_errors_on_generated_requests(registry, tmp_path):
     with registry.client(registry.token) as c:  # some data, so reads find something
         assert put(c, make_pyfix_bundle(tmp_path)).status_code == 201
