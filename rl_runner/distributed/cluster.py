@@ -53,7 +53,9 @@ class LocalRayCluster:
         return exe
 
     def _node(self, *args: str) -> None:
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        # a worker process that takes over a minute to start (Ray's default) on cores vLLM keeps
+        # busy would otherwise cancel the actor it was starting for
+        env = {"RAY_worker_register_timeout_seconds": "300", **os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         cmd = [self._ray(), "start", "--block", f"--num-cpus={self.cpus}", f"--object-store-memory={self.object_store}",
                "--resources", f'{{"{HOST_RESOURCE}": 1}}', "--disable-usage-stats", *args]
         with open(self.temp / f"node-{len(self.procs)}.log", "wb") as log:  # the node has its own copy of the descriptor

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envkit.errors import UserError
+from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
 from rl_runner.distributed.cluster import HOST_RESOURCE, require_ray
 from rl_runner.distributed.context import before_attempt, queued
@@ -42,6 +42,7 @@ from rl_runner.rollout.trajectory import Trajectory
 __all__ = ["RayRollouts"]
 
 HOST_SHARE = 0.01  # of a node's HOST_RESOURCE taken by one environment's host
+HOST_START_TRIES = 3  # a host whose process dies before its constructor runs is placed again
 
 
 @dataclass
@@ -96,19 +97,38 @@ class RayRollouts:
 
         host_cls = ray.remote(SandboxHost)
         spec = self.runtime.sandbox_spec()
-        # One host per sandbox node for this environment, pinned there; each takes a small share
-        # of the node's resource so that several environments' hosts can share a node.
-        handles = [host_cls.options(resources={HOST_RESOURCE: HOST_SHARE}, num_cpus=0, max_concurrency=4096, max_restarts=0,
-                                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
-                   .remote(spec, self.run_id) for node in nodes]
-        try:
-            infos = ray.get([h.info.remote() for h in handles], timeout=300)
-        except ray.exceptions.RayActorError as e:  # a host's constructor refused (e.g. its engine lacks the image)
-            for h in handles:
-                ray.kill(h)
-            why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), str(e)[-500:])
-            raise UserError(f"a sandbox host could not start: {why}",
-                            f"every sandbox node needs Docker running and the environment's images: {spec.missing_image_hint}") from None
+
+        def place(node: str) -> Any:
+            # One host per sandbox node for this environment, pinned there; each takes a small share
+            # of the node's resource so that several environments' hosts can share a node.
+            return (host_cls.options(resources={HOST_RESOURCE: HOST_SHARE}, num_cpus=0, max_concurrency=4096, max_restarts=0,
+                                     scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+                    .remote(spec, self.run_id))
+
+        handles = [place(node) for node in nodes]
+        infos: list[Any] = [None] * len(handles)
+        for attempt in range(HOST_START_TRIES):
+            todo = [k for k, i in enumerate(infos) if i is None]
+            for k in todo:
+                try:
+                    infos[k] = ray.get(handles[k].info.remote(), timeout=300)
+                except ray.exceptions.RayActorError as e:
+                    why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), None)
+                    if why is not None:  # its constructor refused (e.g. its engine lacks the image): a user's fix
+                        for h in handles:
+                            ray.kill(h)
+                        raise UserError(f"a sandbox host could not start: {why}",
+                                        f"every sandbox node needs Docker running and the environment's images: "
+                                        f"{spec.missing_image_hint}") from None
+                    # its process died before the constructor ran (worker start-up on a loaded node,
+                    # a killed process): not the environment's fault, so a new one is placed there
+                    if attempt + 1 == HOST_START_TRIES:
+                        for h in handles:
+                            ray.kill(h)
+                        raise InfraFailure("sandbox_host_lost",
+                                           f"the sandbox host on node {nodes[k][:12]} died {HOST_START_TRIES} times before "
+                                           f"it started: {str(e)[-400:]}") from None
+                    handles[k] = place(nodes[k])
         self.hosts = [_Member(h, i) for h, i in zip(handles, infos, strict=True)]
         w = self.workers or len({i["node"] for i in infos})
         worker_cls = ray.remote(RolloutWorker)
