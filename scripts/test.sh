@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check envkit registry_server rl_runner tests
 .venv/bin/mypy
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=25 "$@"  # the 25 slowest tests close every run: the suite has a time budget (docs/development.md)
