@@ -105,6 +105,10 @@ class RayRollouts:
                                      scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                     .remote(spec, self.run_id))
 
+        def abandon() -> None:
+            for h in handles:
+                ray.kill(h)
+
         handles = [place(node) for node in nodes]
         infos: list[Any] = [None] * len(handles)
         for attempt in range(HOST_START_TRIES):
@@ -115,16 +119,14 @@ class RayRollouts:
                 except ray.exceptions.RayActorError as e:
                     why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), None)
                     if why is not None:  # its constructor refused (e.g. its engine lacks the image): a user's fix
-                        for h in handles:
-                            ray.kill(h)
+                        abandon()
                         raise UserError(f"a sandbox host could not start: {why}",
                                         f"every sandbox node needs Docker running and the environment's images: "
                                         f"{spec.missing_image_hint}") from None
                     # its process died before the constructor ran (worker start-up on a loaded node,
                     # a killed process): not the environment's fault, so a new one is placed there
                     if attempt + 1 == HOST_START_TRIES:
-                        for h in handles:
-                            ray.kill(h)
+                        abandon()
                         raise InfraFailure("sandbox_host_lost",
                                            f"the sandbox host on node {nodes[k][:12]} died {HOST_START_TRIES} times before "
                                            f"it started: {str(e)[-400:]}") from None

@@ -17,6 +17,7 @@ import pytest
 
 from rl_runner.metrics import StepRecord, read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
+from rl_runner.rollout.trajectory import read_jsonl
 
 from ..conftest import ROOT, envkit
 
@@ -109,18 +110,16 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "checkpoint_every=0"])
     assert (recipe.steps, recipe.eval.episodes, recipe.eval.before) == (16, 128, True)
     run = train(recipe)
-    rewards: Any = [m.reward.mean for m in run.metrics]
-    first = [json.loads(line) for line in (tmp_path / "run" / "trajectories" / "step-00001.jsonl").read_text().splitlines()]
-    rewards = (rewards, {"step 1 outcomes": Counter(t["outcome"] for t in first),
-                         "step 1 rewards": Counter(t["reward"] for t in first),
-                         "step 1 verify_s max": max(t["timings"].get("verify_s", 0) for t in first),
-                         "mismatch": [m.mismatch.max_abs for m in run.metrics][:4]})
-    assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, rewards)
-    assert rewards[0][0] < 0.1, rewards
-    assert run.eval is not None and run.eval["mean"] > 0.4, (rewards, run.eval)
+    means = [m.reward.mean for m in run.metrics]
+    first = read_jsonl(tmp_path / "run" / "trajectories" / "step-00001.jsonl")
+    seen = (means, {"step 1 outcomes": Counter(str(t.outcome) for t in first), "step 1 rewards": Counter(t.reward for t in first),
+                    "step 1 verify_s max": max(t.timings.get("verify_s", 0) for t in first),
+                    "mismatch": [m.mismatch.max_abs for m in run.metrics][:4]})
+    assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, seen)
+    assert means[0] < 0.1, seen
+    assert run.eval is not None and run.eval["mean"] > 0.4, (seen, run.eval)
     assert run.eval["ci95"][0] > run.eval_before["ci95"][1] + 0.25, (run.eval_before["ci95"], run.eval["ci95"])
-    means = rewards[0]
-    assert max(means[-4:]) > 4 * max(means[0], 0.05), rewards  # the batches' reward rose too
+    assert max(means[-4:]) > 4 * max(means[0], 0.05), seen  # the batches' reward rose too
     assert all(m.failures.infra == 0 for m in run.metrics)
 
 
