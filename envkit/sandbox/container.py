@@ -122,7 +122,8 @@ class ContainerBackend:
         container = start_container(self.client, image, opts, prepare=lambda made: made.put_archive("/", self.helpers))
         users = {AGENT: c.agent_user, VERIFIER: c.verifier_user, "root": "0:0"}
         return DockerSandbox(container=container, limits=limits, image=image, created_s=round(time.monotonic() - t0, 4),
-                             has_repo=False, has_service=False, users=users, user_env={}, workdir=workdir)
+                             has_repo=False, has_service=False, users=users, user_env={}, workdir=workdir,
+                             channel=False)  # an imported task's agent may be root, who could reach a channel
 
     def create(self) -> ContainerSandbox:
         return ContainerSandbox(self)

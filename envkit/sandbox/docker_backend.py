@@ -32,6 +32,15 @@ Covered (each has an adversarial test in ``tests/integration/test_sandbox_advers
 * **Leftovers**: a reset kills every process of the agent and verifier users, wipes every
   place they can write (``/workspace``, ``/tmp``, ``/home/agent``, ``/dev/shm``,
   ``/dev/mqueue``) and removes their System V IPC objects; the state hash lists anything left.
+* **The command channel**: commands, resets, hashes, kills and file writes go to one
+  long-lived ``helper.py serve`` per sandbox (opened by one exec, as root), which starts each
+  command in a child that becomes its user exactly as ``docker exec --user`` would (same
+  groups, environment, capabilities: none) and is first in line for the OOM killer. The
+  agent and verifier users can neither signal it, trace it nor open its pipes (it is root's,
+  and they hold no capability), so no process of theirs can forge an answer or kill its
+  user's processes out of a reset. A channel that breaks is an ``infra_failure:channel_lost``
+  with what it said last; the next command opens another; images without it (older helper,
+  imported Harbor tasks, whose agent may be root) use one ``docker exec`` per command.
 * **Other sandboxes**: each sandbox has its own cgroup limits, PID, IPC, mount and network
   namespaces; the adversarial tests check that a neighbour keeps working.
 
@@ -52,7 +61,9 @@ Not covered:
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import errno
 import hashlib
 import json
 import secrets
@@ -74,6 +85,9 @@ __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "limit_options", "
 
 SANDBOX_LABEL = "org.envkit.sandbox"
 _IDEMPOTENT_HELPERS = frozenset({"reset", "scrub", "hash", "killall", "write"})
+_CHANNEL_HELPERS = frozenset({"reset", "scrub", "hash", "write"})  # run inside the channel's process
+_CHANNEL_PROTOCOL = 1  # helper.py's CHANNEL_PROTOCOL
+_CHANNEL_SLACK_S = 15.0  # how much longer than a command's own deadline the host waits for the channel
 SERVICE = "service"
 ROOT = "root"
 _USERS = {AGENT: f"{AGENT_UID}:{AGENT_UID}", VERIFIER: f"{VERIFIER_UID}:{VERIFIER_UID}",
@@ -116,6 +130,15 @@ class _Capped:
             self.tail += data
             if len(self.tail) > 2 * self.half:
                 del self.tail[: len(self.tail) - self.half]
+
+    @classmethod
+    def from_parts(cls, limit: int, parts: dict[str, Any]) -> _Capped:
+        """What the in-sandbox helper kept of a stream (helper.py's _Capped: the same parts)."""
+        capped = cls(limit)
+        capped.head = bytearray(base64.b64decode(parts["head"]))[: capped.half]
+        capped.tail = bytearray(base64.b64decode(parts["tail"]))[-capped.half:] if parts["tail"] else bytearray()
+        capped.total = int(parts["total"])
+        return capped
 
     @property
     def truncated(self) -> bool:
@@ -175,21 +198,29 @@ class _Channel:
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.demux = _Demux()
         self.lines = bytearray()
+        self.stderr = b""
 
     def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         self.raw.sendall((json.dumps(request) + "\n").encode())
         deadline = time.monotonic() + timeout
-        while b"\n" not in self.lines:
+        seen = 0  # how much of self.lines holds no newline
+        while (end := self.lines.find(b"\n", seen)) < 0:
+            seen = len(self.lines)
             chunk = _recv(self.raw, deadline)
             if not chunk:
-                raise ConnectionError("the helper channel closed")
+                raise ConnectionError("the helper channel closed" + (f": {self.stderr_tail()}" if self.stderr else ""))
             for stream, data in self.demux.feed(chunk):
                 if stream == 1:
                     self.lines += data
-        line, _, rest = bytes(self.lines).partition(b"\n")
-        self.lines = bytearray(rest)
+                else:
+                    self.stderr = (self.stderr + data)[-2000:]
+        line = bytes(self.lines[:end])
+        del self.lines[: end + 1]
         result: dict[str, Any] = json.loads(line)
         return result
+
+    def stderr_tail(self) -> str:
+        return self.stderr[-500:].decode(errors="replace").strip()
 
     def close(self) -> None:
         _close_hijacked(self.sock)
@@ -226,7 +257,15 @@ class DockerSandbox:
     # How to kill the agent's processes when the image has no Python helper: a command run as
     # root that prints "killed" (container environments' killall.sh); None: helper.py killall.
     kill_command: list[str] | None = None
-    _channel: _Channel | None = field(default=None, repr=False)
+    # The command channel (helper.py serve as root, one exec per sandbox): every command,
+    # reset, hash, kill and file write goes through it; False, or ``channel_off`` saying why,
+    # sends them through one `docker exec` each (images without envkit's helper, a channel
+    # that could not be opened).
+    channel: bool = True
+    channel_off: str = ""
+    _root: _Channel | None = field(default=None, repr=False)
+    _root_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _channel: _Channel | None = field(default=None, repr=False)  # the service user's
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -275,9 +314,81 @@ class DockerSandbox:
         kind = "exec_transport" if isinstance(err, TRANSPORT_ERRORS) else "docker_api"
         return InfraFailure(kind, f"Docker failed during {what}", container=self.id, error=detail)
 
+    def _open_root(self) -> _Channel | None:
+        """The root channel, opened on first use (call with ``_root_lock`` held); None when
+        this sandbox runs its commands through `docker exec` (``channel_off`` says why)."""
+        if self._root is not None or not self.channel or self.channel_off:
+            return self._root
+        try:
+            ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "serve"], stdin=True, user=_USERS[ROOT])
+            chan = _Channel(self._api.exec_start(ex["Id"], socket=True))
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+            raise self._infra(e, "the command channel's start") from None
+        try:
+            hello = chan.call({"cmd": "hello"}, timeout=60)
+        except (OSError, ValueError, _Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
+            chan.close()
+            self.channel_off = f"the command channel did not start: {type(e).__name__}: {str(e)[:200]}"
+            return None
+        if hello.get("protocol") != _CHANNEL_PROTOCOL or hello.get("uid") != 0:
+            chan.close()  # an image built with an older helper
+            self.channel_off = f"the image's helper speaks another channel protocol: {hello}"
+            return None
+        self._root = chan
+        return chan
+
+    def _channel_call(self, request: dict[str, Any], timeout: float, what: str) -> dict[str, Any] | None:
+        """One request on the root channel; None when commands go through `docker exec`. A
+        channel that breaks is closed (the next call opens another) and raised as an infra
+        failure with what it said last, or as the container's loss."""
+        with self._root_lock:
+            chan = self._open_root()
+            if chan is None:
+                return None
+            try:
+                return chan.call(request, timeout)
+            except (OSError, ValueError, _Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
+                chan.close()
+                self._root = None
+                failure = self._infra(e, what)
+                if isinstance(failure, InfraFailure) and failure.kind != "container_lost":
+                    failure = InfraFailure("channel_lost", f"the sandbox's command channel broke during {what}",
+                                           container=self.id, error=f"{type(e).__name__}: {str(e)[:300]}",
+                                           helper_stderr=chan.stderr_tail())
+                raise failure from None
+
+    def _spawn_failure(self, reply: dict[str, Any], what: str) -> EpisodeFailure:
+        """The channel could not start a process: the agent's processes filling the pids limit
+        is the model's doing; anything else is the sandbox's."""
+        if reply.get("errno") == errno.EAGAIN or self.pids_saturated():
+            return ModelFailure("pids_limit", f"the sandbox's pids limit is full, so {what} could not start a process",
+                                container=self.id, error=reply.get("message", ""))
+        return InfraFailure("exec_spawn", f"the sandbox could not start {what}", container=self.id,
+                            error=reply.get("message", ""))
+
     def _run(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
              stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
-        """Run one exec; returns (stdout, stderr, hit_deadline). Raises InfraFailure."""
+        """Run one command as ``user``; returns (stdout, stderr, hit_deadline). Raises
+        InfraFailure (or ModelFailure when no process can start for the agent's processes)."""
+        ids = self.users.get(user, user)
+        if ":" in ids and ids.replace(":", "").isdigit():
+            request = {"cmd": "run", "argv": cmd, "user": ids, "env": {**self.user_env.get(user, {}), **(env or {})},
+                       "workdir": workdir, "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
+                       "timeout": max(deadline - time.monotonic(), 0.0), "limit": limit}
+            reply = self._channel_call(request, timeout=max(deadline - time.monotonic(), 0.0) + _CHANNEL_SLACK_S,
+                                       what=f"`{cmd[0]}`")
+            if reply is not None:
+                if "error" in reply:
+                    if reply["error"] == "spawn_failed":
+                        raise self._spawn_failure(reply, "a command")
+                    raise InfraFailure("channel_failed", "the sandbox's command channel failed", container=self.id,
+                                       error=reply.get("message", ""))
+                return _Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]), bool(reply["hit"])
+        return self._run_exec(cmd, user=user, env=env, workdir=workdir, stdin=stdin, deadline=deadline, limit=limit)
+
+    def _run_exec(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
+             stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
+        """Run one command by its own `docker exec` (the fallback); as :meth:`_run`."""
         out, err = _Capped(limit), _Capped(limit)
         try:
             ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=self.users.get(user, user),
@@ -343,9 +454,31 @@ class DockerSandbox:
         )
 
     def _helper(self, args: list[str], *, user: str, stdin: bytes | None = None, timeout: float = 60) -> dict[str, Any]:
+        if args[0] in _CHANNEL_HELPERS and (user == ROOT or args[0] == "write") and user in _USERS:
+            request = {"cmd": args[0], "args": args[1:], "user": self.users.get(user, user),
+                       "stdin": base64.b64encode(stdin or b"").decode()}
+            try:
+                data = self._channel_call(request, timeout=timeout, what=f"the sandbox helper `{args[0]}`")
+            except InfraFailure as e:
+                if e.kind == "container_lost":
+                    raise
+                data = None  # these are idempotent: once more by `docker exec`
+            if data is not None:
+                if "error" in data:
+                    raise InfraFailure(f"{args[0]}_failed", f"the sandbox helper `{args[0]}` failed", container=self.id,
+                                       stderr_tail=data.get("message", ""))
+                return data
+            return self._helper_exec(args, user=user, stdin=stdin, timeout=timeout, run=self._run_exec)
+        return self._helper_exec(args, user=user, stdin=stdin, timeout=timeout)
+
+    def _helper_exec(self, args: list[str], *, user: str, stdin: bytes | None = None, timeout: float = 60,
+                     run: Any = None) -> dict[str, Any]:
+        """A helper command as its own process (``python3 -I helper.py ...``): over the channel
+        when there is one, unless ``run`` says otherwise (the fallback: `docker exec`)."""
+        run = run or self._run
         for attempt in range(2):
-            out, err, hit = self._run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
-                                      stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
+            out, err, hit = run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
+                                           stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
             # Docker can lose a short exec's output entirely (moby/moby#27289, docker/docker-py#2042;
             # seen here as a reset that answered nothing: once in each of two 160-episode bench runs). These helper commands
             # are idempotent, so one that answered nothing at all is run once more.
@@ -483,8 +616,17 @@ class DockerSandbox:
         raise InfraFailure("container_stuck", f"could not stop the {user}'s processes", container=self.id)
 
     def _kill_once(self, user: str) -> None:
+        ids = self.users.get(user, user)
+        if self.kill_command is None and ids.split(":")[0].isdigit():
+            # As root through the channel: the user's own processes can neither fake its answer
+            # nor outrun it (rounds of SIGKILL until none is left).
+            with contextlib.suppress(InfraFailure):
+                reply = self._channel_call({"cmd": "kill", "uids": [int(ids.split(":")[0])]}, timeout=40,
+                                           what=f"killing the {user}'s processes")
+                if reply is not None and "error" not in reply:
+                    return
         if self.kill_command is None:
-            self._helper(["killall"], user=user, timeout=10)
+            self._helper_exec(["killall"], user=user, timeout=10, run=self._run_exec)
             return
         out, _err, hit = self._run(self.kill_command, user="root", env=None, workdir="/", stdin=None,
                                    deadline=time.monotonic() + 15, limit=4096)
@@ -516,9 +658,11 @@ class DockerSandbox:
             return False
 
     def destroy(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+        for name in ("_channel", "_root"):
+            chan = getattr(self, name)
+            if chan is not None:
+                chan.close()
+                setattr(self, name, None)
         with contextlib.suppress(docker.errors.NotFound):
             try:
                 self.container.remove(force=True)

@@ -145,3 +145,84 @@ def test_a_saturated_sandbox_is_the_models_doing_not_infra(sandbox):
         assert e.kind == "pids_limit"
     sandbox.kill_processes()
     assert sandbox.exec("echo hi").stdout == "hi\n"
+
+
+# -- the command channel (helper.py serve, as root): what the agent can do to it, what happens when it breaks
+
+
+def _channel_pid(sandbox) -> int:
+    pids = sandbox.exec("pgrep -u 0 -f 'helper.py serve'").stdout.split()
+    assert len(pids) == 1, pids
+    return int(pids[0])
+
+
+def test_the_agent_cannot_reach_the_command_channel(sandbox):
+    assert sandbox._root is not None  # commands go through the channel, not one exec each
+    chan = sandbox._root
+    pid = _channel_pid(sandbox)
+    for attack in (f"kill -9 {pid}", f"kill -STOP {pid}", f"cat /proc/{pid}/fd/0", f"ls /proc/{pid}/fd",
+                   f"echo '{{\"stdout\": 1}}' > /proc/{pid}/fd/1", f"cat /proc/{pid}/environ",
+                   f"python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, {pid}, 0, 0) != 0)'"):
+        r = sandbox.exec(attack)  # PTRACE_ATTACH included
+        assert r.exit_code != 0, (attack, r)
+    # the verifier's commands go through the same root-owned channel; it cannot reach it either
+    assert sandbox.exec(f"kill -9 {pid}", user=VERIFIER).exit_code != 0
+    assert sandbox.exec("echo still here").stdout == "still here\n"
+    assert sandbox._root is chan and _channel_pid(sandbox) == pid
+
+
+def test_a_broken_channel_is_infra_with_evidence_and_the_next_command_opens_another(sandbox):
+    import threading
+
+    import pytest
+
+    from envkit.errors import InfraFailure
+
+    pid = _channel_pid(sandbox)
+    failure: list[BaseException] = []
+
+    def slow() -> None:
+        try:
+            sandbox.exec("sleep 5", timeout_s=10)
+        except BaseException as e:  # noqa: BLE001 - inspected below
+            failure.append(e)
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(1.0)
+    sandbox.container.exec_run(["kill", "-9", str(pid)], user="0:0")  # from outside: nothing inside can
+    worker.join(30)
+    assert len(failure) == 1 and isinstance(failure[0], InfraFailure), failure
+    assert failure[0].kind == "channel_lost" and failure[0].evidence.get("container") == sandbox.id
+    assert sandbox.exec("echo next").stdout == "next\n"
+    assert _channel_pid(sandbox) != pid
+    sandbox.container.exec_run(["pkill", "-9", "-f", "helper.py serve"], user="0:0")
+    reset = sandbox.reset(0)  # idempotent helper work is done once more by `docker exec`
+    assert reset.state_hash.startswith("sha256:")
+    with pytest.raises(InfraFailure):
+        sandbox.container.kill()
+        sandbox.exec("echo gone")
+
+
+def test_without_a_channel_commands_fall_back_to_docker_exec(tight_backend, monkeypatch):
+    from envkit.sandbox import docker_backend
+
+    monkeypatch.setattr(docker_backend, "_CHANNEL_PROTOCOL", 99)  # as an image built with an older helper
+    sb = tight_backend.create()
+    try:
+        assert sb.exec("id -u").stdout == "1000\n"
+        assert "another channel protocol" in sb.channel_off and sb._root is None
+        # the exec path keeps its guarantees: timeout, detached child, output cap, pids limit, kill
+        r = sb.exec("sleep 60", timeout_s=1)
+        assert r.timed_out and r.limit_hit == "command_timeout"
+        t0 = time.monotonic()
+        assert sb.exec("setsid sleep 300 & echo started", timeout_s=30).stdout == "started\n"
+        assert time.monotonic() - t0 < 10
+        r = sb.exec("head -c 100000 /dev/zero | tr '\\0' 'x'")
+        assert r.truncated and r.stdout_bytes == 100_000
+        r = sb.exec("for i in $(seq 200); do sleep 2 & done; wait", timeout_s=20)
+        assert r.pids_limited
+        sb.kill_processes()
+        assert "sleep 2" not in sb.exec("ps -eo args").stdout and "sleep 300" not in sb.exec("ps -eo args").stdout
+    finally:
+        sb.destroy()
