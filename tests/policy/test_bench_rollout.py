@@ -19,7 +19,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 _cli = functools.partial(envkit, timeout=1500)  # the CLI, with room for a benchmark run
 
 
-@pytest.mark.timeout(1800)
 def _table(result: dict) -> str:
     """The human table `envkit bench rollout` prints for a result, as text."""
     from envkit.cli.bench_cmd import show_rollout
@@ -34,6 +33,7 @@ def _table(result: dict) -> str:
     return out.get()
 
 
+@pytest.mark.timeout(1800)
 def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
     proc = _cli("bench", "rollout", "-n", "8", "--group-size", "4", "--concurrency", "4", "--batches", "2",
                 "--replicas", "2", "--time-scale", "0.1", "--model", str(tiny), "--json")
