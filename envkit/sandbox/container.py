@@ -182,8 +182,8 @@ class ContainerSandbox:
         """The container's `sleep infinity` (the init's child), which killall.sh must spare."""
         inner = self._live()
         for _ in range(50):  # the init may not have forked it yet
-            out, _err, _hit = inner._run(["cat", "/proc/1/task/1/children"], user="root", env=None, workdir="/",
-                                         stdin=None, deadline=time.monotonic() + 30, limit=4096)
+            out, _err, _hit, _ = inner._run(["cat", "/proc/1/task/1/children"], user="root", env=None, workdir="/",
+                                            stdin=None, deadline=time.monotonic() + 30, limit=4096)
             pids = out.value().decode(errors="replace").split()
             if pids:
                 return pids[0]

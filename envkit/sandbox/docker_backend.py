@@ -7,8 +7,9 @@ The agent is an untrusted program that runs shell commands in the sandbox as uid
 
 Covered (each has an adversarial test in ``tests/integration/test_sandbox_adversarial.py``):
 
-* **Runaway time**: every command runs under ``timeout`` (TERM, then KILL 2 s later) with
-  the spec's ``command_timeout_s``; a host-side backstop kills the agent's processes when
+* **Runaway time**: at the spec's ``command_timeout_s`` a command's process group gets TERM,
+  then KILL 2 s later (by the command channel; by exec.sh's ``timeout`` on the ``docker
+  exec`` path); a host-side backstop kills the agent's processes when
   a command holds its output open past the deadline (e.g. a ``setsid`` child).
 * **Memory**: the container's memory cgroup is capped at ``memory_mb`` with no swap; an OOM
   kill inside it is detected (cgroup ``oom_kill`` counter) and reported as ``oom``.
@@ -86,7 +87,7 @@ __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "limit_options", "
 SANDBOX_LABEL = "org.envkit.sandbox"
 _IDEMPOTENT_HELPERS = frozenset({"reset", "scrub", "hash", "killall", "write"})
 _CHANNEL_HELPERS = frozenset({"reset", "scrub", "hash", "write"})  # run inside the channel's process
-_CHANNEL_PROTOCOL = 1  # helper.py's CHANNEL_PROTOCOL
+_CHANNEL_PROTOCOL = 2  # helper.py's CHANNEL_PROTOCOL
 _CHANNEL_SLACK_S = 15.0  # how much longer than a command's own deadline the host waits for the channel
 SERVICE = "service"
 ROOT = "root"
@@ -367,14 +368,23 @@ class DockerSandbox:
                             error=reply.get("message", ""))
 
     def _run(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
-             stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
-        """Run one command as ``user``; returns (stdout, stderr, hit_deadline). Raises
-        InfraFailure (or ModelFailure when no process can start for the agent's processes)."""
+             stdin: bytes | None, deadline: float, limit: int,
+             wrapped: tuple[str, float] | None = None) -> tuple[_Capped, _Capped, bool, list[Any] | None]:
+        """Run one command as ``user``; returns (stdout, stderr, hit_deadline, status). Raises
+        InfraFailure (or ModelFailure when no process can start for the agent's processes).
+
+        ``wrapped`` = (shell command, timeout) when ``cmd`` is exec.sh's: the channel then runs
+        the shell command and does exec.sh's work itself (timeout, OOM and pids counters, in
+        ``status`` = [exit code or None, OOM kills, pids-limit hits]); through `docker exec`,
+        exec.sh runs and ``status`` is None (its status line is in stderr)."""
         ids = self.users.get(user, user)
         if ":" in ids and ids.replace(":", "").isdigit():
-            request = {"cmd": "run", "argv": cmd, "user": ids, "env": {**self.user_env.get(user, {}), **(env or {})},
+            request = {"cmd": "run", "argv": [wrapped[0]] if wrapped else cmd, "user": ids,
+                       "env": {**self.user_env.get(user, {}), **(env or {})},
                        "workdir": workdir, "stdin": base64.b64encode(stdin).decode() if stdin is not None else None,
                        "timeout": max(deadline - time.monotonic(), 0.0), "limit": limit}
+            if wrapped:
+                request["wrap"] = wrapped[1]
             reply = self._channel_call(request, timeout=max(deadline - time.monotonic(), 0.0) + _CHANNEL_SLACK_S,
                                        what=f"`{cmd[0]}`")
             if reply is not None:
@@ -383,8 +393,10 @@ class DockerSandbox:
                         raise self._spawn_failure(reply, "a command")
                     raise InfraFailure("channel_failed", "the sandbox's command channel failed", container=self.id,
                                        error=reply.get("message", ""))
-                return _Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]), bool(reply["hit"])
-        return self._run_exec(cmd, user=user, env=env, workdir=workdir, stdin=stdin, deadline=deadline, limit=limit)
+                return (_Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]),
+                        bool(reply["hit"]), reply.get("status"))
+        return (*self._run_exec(cmd, user=user, env=env, workdir=workdir, stdin=stdin, deadline=deadline, limit=limit),
+                None)
 
     def _run_exec(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
              stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
@@ -418,9 +430,10 @@ class DockerSandbox:
         timeout = float(timeout_s if timeout_s is not None else self.limits.command_timeout_s)
         nonce = "@@envkit-" + secrets.token_hex(8)
         t0 = time.monotonic()
-        out, err, backstop = self._run(
+        out, err, backstop, status = self._run(
             ["/bin/bash", _EXEC, nonce, f"{timeout:g}", command], user=user, env=env, workdir=workdir,
             stdin=None, deadline=t0 + timeout + _BACKSTOP_S, limit=self.limits.output_limit_bytes,
+            wrapped=(command, timeout),
         )
         if backstop:
             # The command held its output open past the deadline (a detached child, a
@@ -429,8 +442,10 @@ class DockerSandbox:
         duration = time.monotonic() - t0
         stderr = err.value()
         rc, oom, pids, trailer = -1, 0, 0, 0
-        idx = stderr.rfind(nonce.encode())
-        if idx >= 0:
+        if status is not None:  # the channel did exec.sh's work
+            rc = -1 if status[0] is None else int(status[0])
+            oom, pids = int(status[1]), int(status[2])
+        elif (idx := stderr.rfind(nonce.encode())) >= 0:
             fields = stderr[idx:].split()
             with contextlib.suppress(ValueError, IndexError):
                 rc, oom, pids = int(fields[1]), int(fields[2]), int(fields[3])
@@ -477,8 +492,8 @@ class DockerSandbox:
         when there is one, unless ``run`` says otherwise (the fallback: `docker exec`)."""
         run = run or self._run
         for attempt in range(2):
-            out, err, hit = run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
-                                           stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
+            out, err, hit, *_ = run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
+                                    stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
             # Docker can lose a short exec's output entirely (moby/moby#27289, docker/docker-py#2042;
             # seen here as a reset that answered nothing: once in each of two 160-episode bench runs). These helper commands
             # are idempotent, so one that answered nothing at all is run once more.
@@ -497,7 +512,7 @@ class DockerSandbox:
         self._helper(["write", path, f"{mode:o}"], user=user, stdin=data)
 
     def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes:
-        out, err, hit = self._run(["cat", "--", path], user=user, env=None, workdir="/", stdin=None,
+        out, err, hit, _ = self._run(["cat", "--", path], user=user, env=None, workdir="/", stdin=None,
                                   deadline=time.monotonic() + 60, limit=2 * max_bytes + 2)
         if hit or err.total:
             raise FileNotFoundError(f"{path}: {err.value().decode(errors='replace').strip() or 'read timed out'}")
@@ -593,7 +608,7 @@ class DockerSandbox:
         or ``unavailable: <why>`` when it did not start for a reason inside the sandbox (e.g.
         the agent filled /tmp): the tests then fail, which is the model's doing."""
         folder = f"/tmp/.envkit-calls-{secrets.token_hex(8)}"
-        out, err, hit = self._run(["python3", "-I", _CALLSERVER, "start", folder], user=AGENT, env=None, workdir="/",
+        out, err, hit, _ = self._run(["python3", "-I", _CALLSERVER, "start", folder], user=AGENT, env=None, workdir="/",
                                   stdin=None, deadline=time.monotonic() + 30, limit=1 << 16)
         try:
             return str(json.loads(out.value().decode().strip().splitlines()[-1])["socket"])
@@ -628,7 +643,7 @@ class DockerSandbox:
         if self.kill_command is None:
             self._helper_exec(["killall"], user=user, timeout=10, run=self._run_exec)
             return
-        out, _err, hit = self._run(self.kill_command, user="root", env=None, workdir="/", stdin=None,
+        out, _err, hit, _ = self._run(self.kill_command, user="root", env=None, workdir="/", stdin=None,
                                    deadline=time.monotonic() + 15, limit=4096)
         if hit or b"killed" not in out.value():
             raise InfraFailure("killall_failed", "the sandbox's killall did not answer", container=self.id)
