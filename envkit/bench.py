@@ -37,10 +37,12 @@ HOST_CPU_TARGETS = {"exec": 0.002}  # engine CPU-seconds per command
 _ENGINE = ("dockerd", "containerd", "containerd-shim", "runc")
 
 
-def engine_cpu_s() -> float:
-    """CPU-seconds the container engine's processes have used so far: each thread's run time
-    (ns, /proc/PID/task/TID/schedstat) plus what their exited children used (cutime+cstime)."""
-    total_ns, child_ticks = 0, 0
+def engine_cpu_snapshot() -> dict[tuple[str, ...], float]:
+    """The container engine's CPU so far, in seconds, per thread (its run time in
+    /proc/PID/task/TID/schedstat) and per process (what its exited children used,
+    cutime+cstime). Keys carry the process's start time, so a reused PID is a new key."""
+    snap: dict[tuple[str, ...], float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -51,13 +53,22 @@ def engine_cpu_s() -> float:
             if comm not in _ENGINE:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            child_ticks += int(fields[13]) + int(fields[14])
+            started = fields[19]
+            snap[(pid, started)] = (int(fields[13]) + int(fields[14])) / tick
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total_ns += int(f.read().split()[0])
+                    snap[(pid, started, tid)] = int(f.read().split()[0]) / 1e9
         except (OSError, ValueError, IndexError):
             continue  # a process that exited while being read
-    return total_ns / 1e9 + child_ticks / os.sysconf("SC_CLK_TCK")
+    return snap
+
+
+def engine_cpu_between(before: dict[tuple[str, ...], float], after: dict[tuple[str, ...], float]) -> float:
+    """Engine CPU-seconds used between two snapshots. Each counter only grows while its thread
+    or process lives, so the sum is of per-key growth: a thread or process that appeared counts
+    in full, one that exited in between counts nothing (its last slice is lost, never
+    subtracted: a sum over whoever is alive would go negative when a busy thread exits)."""
+    return sum(max(0.0, value - before.get(key, 0.0)) for key, value in after.items())
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -113,19 +124,20 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
 
     cold: list[float] = []
     parts: dict[str, list[float]] = {"cold_start.engine": [], "cold_start.first_command": []}
-    e0 = engine_cpu_s()
+    engine["cold_start"] = 0.0
     for _ in range(n):
+        e0 = engine_cpu_snapshot()
         t0 = time.perf_counter()
         sb = backend.create()
         t1 = time.perf_counter()
         sb.exec("true")  # opens the command channel (one exec), then runs the command on it
         t2 = time.perf_counter()
+        engine["cold_start"] += engine_cpu_between(e0, engine_cpu_snapshot())  # removal not included
         cold.append(t2 - t0)
         parts["cold_start.engine"].append(t1 - t0)
         parts["cold_start.first_command"].append(t2 - t1)
         sb.destroy()
         note("cold_start")
-    engine["cold_start"] = engine_cpu_s() - e0  # removal included (each container is destroyed)
 
     sb = backend.create()
     fallback = backend.create()
@@ -134,20 +146,20 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
         timed: dict[str, list[float]] = {"exec": [], "exec_docker": [], "reset": []}
         sb.exec("true")  # opens the channel: counted in cold_start, not here
         for metric, box in (("exec", sb), ("exec_docker", fallback)):
-            e0 = engine_cpu_s()
+            e0 = engine_cpu_snapshot()
             for _ in range(n):
                 t0 = time.perf_counter()
                 box.exec("true")
                 timed[metric].append(time.perf_counter() - t0)
                 note("exec")
-            engine[metric] = engine_cpu_s() - e0
-        e0 = engine_cpu_s()
+            engine[metric] = engine_cpu_between(e0, engine_cpu_snapshot())
+        e0 = engine_cpu_snapshot()
         for i in range(n):
             t0 = time.perf_counter()
             sb.reset(i)
             timed["reset"].append(time.perf_counter() - t0)
             note("reset")
-        engine["reset"] = engine_cpu_s() - e0
+        engine["reset"] = engine_cpu_between(e0, engine_cpu_snapshot())
     finally:
         sb.destroy()
         fallback.destroy()
