@@ -42,13 +42,14 @@ class EnvRuntime:
     """A built environment plus the means to run episodes on it."""
 
     def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None,
-                 backend: Any | None = None) -> None:
+                 backend: Any | None = None, cpuset: str | None = None) -> None:
         """``backend``: where sandboxes come from when not this machine's Docker (a cluster's
-        rollout worker passes one that refuses: its sandboxes come from sandbox hosts)."""
+        rollout worker passes one that refuses: its sandboxes come from sandbox hosts).
+        ``cpuset``: the cores every sandbox is confined to (a runner's CPU partition)."""
         self.env = env
         self.kind: EnvKind = kind_of(env.spec)
         self.build = build_result or self.kind.build(env, client=client)
-        self.limits = SandboxLimits.from_spec(env.spec.limits)
+        self.limits = dataclasses.replace(SandboxLimits.from_spec(env.spec.limits), cpuset=cpuset)
         self._spec = self.kind.sandbox_spec(env, self.build, self.limits, {"org.envkit.env": env.ref})
         self.backend: Any = backend if backend is not None else self._spec.backend(client=client)
         self._first_hash: dict[tuple[int, str], str] = {}

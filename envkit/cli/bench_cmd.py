@@ -120,7 +120,11 @@ def rollout(
     group_size: int = typer.Option(8, "--group-size", min=1, max=1024, help="Trajectories per group (GRPO)."),
     concurrency: int = typer.Option(64, "--concurrency", min=1, max=4096, help="Episodes in flight, for every policy."),
     batches: int = typer.Option(2, "--batches", min=1, max=100, help="Consecutive batches per policy."),
-    replicas: int = typer.Option(2, "--replicas", min=1, max=16, help="vLLM replicas started for the run."),
+    replicas: int = typer.Option(0, "--replicas", min=0, max=16, help="vLLM replicas started for the run (0: as many as "
+                                 "the CPU partition fits, two at most)."),
+    cpu_partition: str = typer.Option("auto", "--cpu-partition", help="Cores for inference and for sandboxes: "
+                                      "INFERENCE/SANDBOXES core lists (0/1, 0-3/4-7), auto (on CPU-only machines half "
+                                      "each) or none (shared)."),
     pool_size: int = typer.Option(0, "--pool-size", min=0, max=100_000, help="Warm pool size (0: concurrency + 25%)."),
     time_scale: float = typer.Option(1.0, "--time-scale", min=0.01, max=100.0, help="Multiply every tool duration."),
     policies: str = typer.Option("ablation", "--policies", help="ablation (all five rows) or naive,optimized."),
@@ -152,9 +156,9 @@ def rollout(
         raise UserError("--ray-address is for --backend ray", "add --backend ray, or drop --ray-address")
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     result = bench_rollout(env=env, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
-                           batches=batches, replicas=replicas, pool_size=pool_size or None, model=model, seed=seed,
+                           batches=batches, replicas=replicas or None, pool_size=pool_size or None, model=model, seed=seed,
                            params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
-                           ray_address=ray_address, ray_nodes=ray_nodes, say=note)
+                           ray_address=ray_address, ray_nodes=ray_nodes, cpu_partition=cpu_partition, say=note)
     if as_json:
         print_json(result)
         return
@@ -162,6 +166,19 @@ def rollout(
     saved.parent.mkdir(parents=True, exist_ok=True)
     saved.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     show_rollout(result, saved)
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    return "" if x is None else f"{x:.2f}{unit}"
+
+
+def _cpu(cpu: dict[str, Any] | None) -> str:
+    """Host CPU-seconds per trajectory: all cores, and (under a partition) inference + sandboxes."""
+    if not cpu or cpu.get("all") is None:
+        return ""
+    if cpu.get("inference") is None:
+        return f"{cpu['all']:.2f}"
+    return f"{cpu['all']:.2f} ({cpu['inference']:.2f}+{cpu['sandboxes']:.2f})"
 
 
 def _share(x: float | None) -> str:
@@ -175,7 +192,7 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
                         f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs, {s['backend']} backend)")
     cols = ("policy", "TTB s", "×naive", "/ideal", "traj p50", "p90", "p99", "stragg wait", "slots idle",
-            "infer idle", "sbx util", "prefix hit", "carried", "retried", "excl")
+            "infer idle", "sbx util", "prefix hit", "stretch", "CPU-s/traj", "carried", "retried", "excl")
     for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in result["rows"]:
@@ -183,9 +200,14 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
         table.add_row(r["policy"], f"{r['ttb_s']:.1f}", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
                       f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
                       _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
-                      _share(r["prefix_cache"]["prefix_hit_rate"]), str(r["left_groups"]), str(r["retries"]),
+                      _share(r["prefix_cache"]["prefix_hit_rate"]), _num(r.get("work_stretch"), "×"),
+                      _cpu(r.get("host_cpu_s_per_trajectory")), str(r["left_groups"]), str(r["retries"]),
                       str(r["excluded"]))
     console.print(table)
+    if s.get("partition"):
+        from rl_runner.partition import describe
+
+        console.print(describe(s["partition"]))
     tg = result["targets"]
     console.print(f"naive TTB {result['naive_ttb_s']:.1f} s, optimized {result['optimized_ttb_s']:.1f} s: ratio "
                   f"{result['ratio']:.3f} (1/{1 / result['ratio']:.2f}; target ≤ 1/3.5: {'met' if tg['optimized_le_naive_over_3_5'] else 'NOT met'})")
@@ -194,6 +216,9 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
     for r in result["rows"]:
         for why, e in r["exclusions"].items():
             console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): {e['evidence'].get('message', '')}[/]")
-    console.print("[dim]carried: groups still running after the last batch (work not counted in any TTB); retried: "
+    console.print("[dim]stretch: the trajectories' measured work over the drawn durations of their commands (1.00: "
+                  "as fast as on an idle machine); CPU-s/traj: host CPU-seconds per trajectory, all cores (inference "
+                  "cores + sandbox cores under a partition); carried: groups still running after the last batch "
+                  "(work not counted in any TTB); retried: "
                   "infra failures run again on a fresh sandbox; excl: trajectories whose retries ran out. "
                   f"Workload parameters: docs/bench.md; every figure: {saved}[/]")

@@ -732,13 +732,16 @@ class DockerBackend:
 
 def limit_options(lim: SandboxLimits, runtime: str | None = None) -> dict[str, Any]:
     """The container options every sandbox gets from its limits: cgroup caps (memory without
-    swap, CPU quota, pids), the network, no new privileges, tini as PID 1, the OCI runtime."""
+    swap, CPU quota, pids; the cores, under a CPU partition), the network, no new privileges,
+    tini as PID 1, the OCI runtime."""
     mem = f"{lim.memory_mb}m"
     opts: dict[str, Any] = dict(
         detach=True, init=True, user="0:0", network_mode="none" if lim.network == "none" else "bridge",
         security_opt=["no-new-privileges"], pids_limit=lim.pids, mem_limit=mem, memswap_limit=mem,
         nano_cpus=int(lim.cpus * 1e9), oom_score_adj=500,
     )
+    if lim.cpuset:
+        opts["cpuset_cpus"] = lim.cpuset
     if runtime:
         opts["runtime"] = runtime
     return opts

@@ -36,6 +36,7 @@ from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch
 from rl_runner.batch.workload import WorkloadParams, scripted_episode
 from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.metrics import pct
+from rl_runner.partition import CpuPartition, check_engine, plan_partition
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer, has_cuda
@@ -133,6 +134,10 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
         "tokens_per_trajectory": _r(statistics.fmean(t.generated_tokens for t in trajs)) if trajs else None,
         "sandbox_s_per_trajectory": _r(statistics.fmean(work_s(t) for t in trajs)) if trajs else None,
         "tokens_per_s": _r(sum(t.generated_tokens for t in trajs) / sum(ttbs)) if sum(ttbs) > 0 else None,
+        # measured over scripted: a trajectory's work (reset to verified) and its commands' time, over the drawn
+        # durations of the commands it played (1.0: the work ran as fast as if it had the machine to itself)
+        "work_stretch": _stretch(trajs, work_s),
+        "command_stretch": _stretch(trajs, lambda t: t.timings.get("tools_s", 0.0)),
         "excluded": sum(t.excluded for t in trajs),
         "retries": sum(t.retries for t in trajs),
         "outcomes": sorted({t.outcome for t in trajs}),
@@ -145,25 +150,28 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
 
 
 def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_size: int = 8, concurrency: int = 64,
-                  batches: int = 2, replicas: int = 2, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
+                  batches: int = 2, replicas: int | None = None, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
                   params: WorkloadParams | None = None, policies: list[AssemblyPolicy] | None = None,
                   backend: str = "local", ray_address: str | None = None, ray_nodes: int = 2,
-                  say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+                  cpu_partition: str = "auto", say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """``backend``: ``local`` (this machine's Docker, episodes on threads) or ``ray`` (sandbox
     hosts and rollout workers on the Ray cluster at ``ray_address``; without one, a local
-    cluster of ``ray_nodes`` node processes is started and stopped)."""
+    cluster of ``ray_nodes`` node processes is started and stopped). ``cpu_partition``: which
+    cores the replicas and the sandboxes get (:mod:`rl_runner.partition`); ``replicas`` None:
+    as many as the partition fits (two at most)."""
     if backend not in ("local", "ray"):
         raise UserError(f"unknown backend `{backend}`", "use --backend local or --backend ray")
     params = params or WorkloadParams()
     policies = policies or ABLATION
     pool_size = pool_size if pool_size is not None else concurrency + max(2, concurrency // 4)
-    runtime = EnvRuntime(_long_commands(resolve_environment(env), params))
+    cores = plan_partition(cpu_partition, replicas, gpu=has_cuda(), remote_sandboxes=ray_address is not None)
+    runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset())
+    check_engine(runtime)
     model_path = _ensure_model(model, say)
-    say(f"starting {replicas} vLLM replica(s) of {model_path} …")
-    cpus = os.cpu_count() or 1
-    bind = replicas > 1 and not has_cuda()
-    servers = [VLLMServer(model_path, log_path=Path("runs/bench") / f"vllm-{k}.log",
-                          cpu_bind=str(k % cpus) if bind else None) for k in range(replicas)]
+    replicas = cores.replicas
+    say(f"starting {replicas} vLLM replica(s) of {model_path} … {cores.describe()}")
+    servers = [VLLMServer(model_path, log_path=Path("runs/bench") / f"vllm-{k}.log", cpu_bind=cores.bind(k),
+                          affinity=cores.affinity(k)) for k in range(replicas)]
     started: list[VLLMServer] = []
     cluster: Any = None
     try:
@@ -189,12 +197,14 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
             try:
                 runner = open_rollouts(runtime, router, ray=placement,
                                        policy_ready=lambda: all(s.settled() for s in started))
+                cpu0 = core_seconds()
                 row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
                                  concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
             finally:
                 if runner is not None:
                     runner.close()
                 router.close()
+            row["host_cpu_s_per_trajectory"] = host_cpu(cpu0, core_seconds(), cores, row["trajectories"])
             row["wall_s"] = round(time.monotonic() - t0, 2)
             say(f"  TTB {row['ttb_s']:.1f} s (ideal {row['ideal_s']:.1f} s)")
             out_rows.append(row)
@@ -218,7 +228,7 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                     "optimized_within_1_3_ideal": (best["ttb_over_ideal"] or 99) <= 1.3},
         "setup": {"env": runtime.env.ref, "backend": backend, "trajectories": trajectories, "group_size": group_size, "concurrency": concurrency,
                   "batches": batches, "replicas": replicas, "pool_size": pool_size, "seed": seed, "model": str(model_path),
-                  "cpus": os.cpu_count(), "workload": params.to_dict()},
+                  "cpus": os.cpu_count(), "partition": cores.to_dict(), "workload": params.to_dict()},
     }
 
 
@@ -229,6 +239,39 @@ def _exclusions(trajs: list[Any]) -> dict[str, dict[str, Any]]:
         if t.excluded:
             e = out.setdefault(t.exclude_reason or t.outcome, {"count": 0, "evidence": t.evidence})
             e["count"] += 1
+    return out
+
+
+def _stretch(trajs: list[Trajectory], measured: Callable[[Trajectory], float]) -> float | None:
+    played = [t for t in trajs if t.timings.get("scripted_s")]
+    scripted = sum(t.timings["scripted_s"] for t in played)
+    return _r(sum(measured(t) for t in played) / scripted) if scripted > 0 else None
+
+
+def core_seconds() -> dict[int, float]:
+    """CPU-seconds each core has spent busy so far (everything but idle and iowait, /proc/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                v = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+                out[int(name[3:])] = (sum(v) - v[3] - v[4]) / tick
+    return out
+
+
+def host_cpu(before: dict[int, float], after: dict[int, float], cores: CpuPartition, trajectories: int) -> dict[str, float | None]:
+    """Host CPU-seconds per trajectory between two :func:`core_seconds` reads: on every core,
+    and (under a partition) on the inference side's and the sandboxes' cores."""
+    def per(side: tuple[int, ...] | list[int]) -> float | None:
+        if not trajectories:
+            return None
+        return round(sum(after.get(c, 0.0) - before.get(c, 0.0) for c in side) / trajectories, 3)
+
+    out = {"all": per(list(after)), "inference": None, "sandboxes": None}
+    if cores.active:
+        out["inference"], out["sandboxes"] = per(cores.inference), per(cores.sandboxes)
     return out
 
 

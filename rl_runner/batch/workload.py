@@ -143,9 +143,11 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
         context = _prompt(task, params.prompt_tokens)
         traj.prompt_token_ids = list(context)
         generation_s = 0.0
+        scripted = 0.0  # the drawn durations of the commands played (what the work would take uncontended)
         for turn in script.turns:
             if cancel.is_set():
                 reusable = True
+                timings["scripted_s"] = round(scripted, 4)
                 _finish(traj, timings, t0, generation_s, episode)
                 return mark_aborted(traj)
             room = params.max_context - len(context)
@@ -163,6 +165,7 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
             traj.weight_versions.extend(gen.weight_versions)
             traj.loss_mask.extend([1] * len(gen.token_ids))
             result = episode.step(_command(turn.tool_s, turn.out_bytes))
+            scripted += turn.tool_s
             obs = [10 + b % 470 for b in result.stdout.encode()[::4]]  # ~ one token per 4 bytes, as a tokenizer would
             obs = obs[:max(0, params.max_context - len(context))]
             context.extend(obs)
@@ -173,6 +176,7 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
         v0 = time.monotonic()
         episode.step(f"sleep {script.verify_s:.3f}")  # the verification phase (see the module's docstring)
         timings["verify_s"] = round(time.monotonic() - v0, 4)
+        timings["scripted_s"] = round(scripted + script.verify_s, 4)
         traj.reward = 0.0
         _finish(traj, timings, t0, generation_s, episode)
         reusable = episode.limit_failure is None and episode.model_failure is None

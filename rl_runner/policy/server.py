@@ -46,7 +46,7 @@ class VLLMServer:
     def __init__(self, model: str | Path, *, host: str = "127.0.0.1", port: int | None = None,
                  served_name: str = "policy", max_model_len: int = 4096, extra_args: list[str] | None = None,
                  log_path: str | Path | None = None, kv_cache_gib: int = 1, cpu: bool | None = None,
-                 cpu_bind: str | None = None) -> None:
+                 cpu_bind: str | None = None, affinity: set[int] | None = None) -> None:
         self.model = str(model)
         self.host = host
         self.port = port or _free_port()
@@ -59,6 +59,9 @@ class VLLMServer:
         # replicas on one machine must not share cores: unbound, two replicas' spinning worker
         # threads drove this 2-core machine to a load of 33 with 100% system time.
         self.cpu_bind = cpu_bind
+        # the cores the whole server process is held to (its API server, engine core and
+        # tokenizer threads as well as the OpenMP ones): a CPU partition's inference side
+        self.affinity = affinity
         self.log_path = Path(log_path) if log_path else Path(f"/tmp/envkit-vllm-{self.port}.log")
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -91,6 +94,10 @@ class VLLMServer:
         self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=log,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
+        if self.affinity:
+            # set right after the exec, long before the interpreter (seconds of importing vLLM)
+            # starts a thread or process: each one inherits it
+            os.sched_setaffinity(self.proc.pid, self.affinity)
         deadline = time.monotonic() + timeout
         while not self.healthy():
             if self.proc.poll() is not None:

@@ -85,6 +85,8 @@ class Recipe(_Strict):
     dtype: Literal["float32", "bfloat16"] = "float32"  # trainer and vLLM alike
     policy_url: str | list[str] | None = None  # running vLLM server(s) (started with envkit's flags) instead of starting them
     replicas: int = Field(default=1, ge=1, le=16)  # vLLM servers started for the run (generation routed over all)
+    # cores for the run's vLLM replicas and for its sandboxes: INFERENCE/SANDBOXES ("0/1"), auto, none (rl_runner.partition)
+    cpu_partition: str = "auto"
     checkpoint_every: int = Field(default=10, ge=0)  # 0: only at the end
     resume: Path | None = None  # a checkpoint folder to resume from
     probe_prompts: int = Field(default=4, ge=0, le=64)  # mismatch probe after each publication

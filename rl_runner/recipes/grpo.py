@@ -30,7 +30,6 @@ import contextlib
 import functools
 import json
 import math
-import os
 import threading
 import time
 from collections import Counter
@@ -63,6 +62,7 @@ from rl_runner.metrics import (
     distribution,
     mean_or_none,
 )
+from rl_runner.partition import CpuPartition, check_engine, plan_partition
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
@@ -94,10 +94,11 @@ class TrainRun:
 # -- setup -----------------------------------------------------------------------------------
 
 
-def _load_envs(recipe: Recipe, say: Callable[[str], None]) -> list[tuple[EnvRuntime, list[Task]]]:
+def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None]) -> list[tuple[EnvRuntime, list[Task]]]:
     out = []
     for entry in recipe.envs:
-        runtime = EnvRuntime(resolve_environment(entry.ref))
+        runtime = EnvRuntime(resolve_environment(entry.ref), cpuset=cores.cpuset())
+        check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
         by_id = {t.id: t for t in runtime.env.tasks}
         if entry.tasks:
@@ -343,7 +344,10 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     cpu = not has_cuda()
     _check_model(recipe, cpu)
     assembly_policy(recipe)  # a bad batch setting fails before anything starts
-    loaded = _load_envs(recipe, say)
+    cores = _partition(recipe, cpu)
+    (run_dir / "cores.json").write_text(json.dumps(cores.to_dict(), indent=2) + "\n")
+    say(cores.describe())
+    loaded = _load_envs(recipe, cores, say)
     tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
@@ -353,7 +357,7 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
-        servers = _servers(recipe, run_dir, cpu, cleanup)
+        servers = _servers(recipe, run_dir, cpu, cores, cleanup)
         urls = recipe.policy_urls or [s.url for s in servers]
         clients = [PolicyClient(u) for u in urls]
         for c in clients:
@@ -373,16 +377,25 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
         return _loop(_Run(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics), on_step, say)
 
 
-def _servers(recipe: Recipe, run_dir: Path, cpu: bool, cleanup: contextlib.ExitStack) -> list[VLLMServer]:
-    """The run's own vLLM replicas, not started yet (none when the recipe names running ones).
-    On CPU, several replicas are pinned one core each (as `envkit bench rollout` does)."""
+def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
+    """The run's cores (as `envkit bench rollout` plans them): the replicas on the inference
+    side, the sandboxes confined to the rest. Running servers (``policy_url``) are not the
+    run's to place: auto then leaves every core shared."""
+    spec = recipe.cpu_partition
+    if recipe.policy_urls and spec.strip() == "auto":
+        spec = "none"
+    return plan_partition(spec, recipe.replicas, gpu=not cpu, option="cpu_partition", replicas_option="replicas",
+                          remote_sandboxes=recipe.backend == "ray" and recipe.ray.address is not None)
+
+
+def _servers(recipe: Recipe, run_dir: Path, cpu: bool, cores: CpuPartition, cleanup: contextlib.ExitStack) -> list[VLLMServer]:
+    """The run's own vLLM replicas, not started yet (none when the recipe names running ones),
+    each on its cores of the partition."""
     if recipe.policy_urls:
         return []
-    n = recipe.replicas
-    cores = os.cpu_count() or 1
     servers = [VLLMServer(recipe.model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
                           extra_args=[] if cpu else ["--dtype", recipe.dtype],
-                          cpu_bind=str(k % cores) if cpu and n > 1 else None) for k in range(n)]
+                          cpu_bind=cores.bind(k), affinity=cores.affinity(k)) for k in range(recipe.replicas)]
     for s in servers:
         cleanup.callback(s.stop)
     return servers

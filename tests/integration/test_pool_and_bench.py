@@ -1,6 +1,14 @@
 import json
+import os
+import sys
 
+import pytest
+
+from envkit.errors import UserError
+from envkit.runtime import EnvRuntime
 from envkit.sandbox.pool import WarmPool
+from rl_runner.partition import check_engine
+from rl_runner.policy.server import VLLMServer
 
 from ..conftest import envkit
 
@@ -34,3 +42,38 @@ def test_bench_sandbox_prints_table_and_json(pyfix_runtime):
     # The channel spares the engine the work of a `docker exec` per command.
     assert rows["exec"]["host_cpu_ms"] < rows["exec_docker"]["host_cpu_ms"]
     assert data["warm_pool_hits"] == 5
+
+
+def test_a_partitions_sandbox_cores_confine_every_command_and_a_refused_cpuset_is_a_clear_error(pyfix_runtime):
+    runtime = EnvRuntime(pyfix_runtime.env, build_result=pyfix_runtime.build, cpuset="1")
+    check_engine(runtime)  # accepted: nothing raised
+    sb = runtime.backend.create()
+    try:
+        assert sb.exec("grep Cpus_allowed_list /proc/self/status").stdout.split() == ["Cpus_allowed_list:", "1"]
+        assert sb.exec("nproc").stdout.strip() == "1"
+    finally:
+        sb.destroy()
+    refused = EnvRuntime(pyfix_runtime.env, build_result=pyfix_runtime.build, cpuset="63")
+    with pytest.raises(UserError) as e:
+        check_engine(refused)
+    assert "refuses the sandboxes' cores (63)" in e.value.message and "--cpu-partition" in e.value.hint
+
+
+def test_a_replica_process_is_held_to_its_cores():
+    class Sleeper(VLLMServer):  # the seam: the server's command; the start-up and affinity are VLLMServer's own
+        def command(self) -> list[str]:
+            return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+        def healthy(self, timeout: float = 2.0) -> bool:
+            return self.proc is not None and self.proc.poll() is None
+
+    server = Sleeper("unused", affinity={0}, cpu=True).start()
+    try:
+        assert server.proc is not None and os.sched_getaffinity(server.proc.pid) == {0}
+    finally:
+        server.stop()
+    unpinned = Sleeper("unused", cpu=True).start()
+    try:
+        assert unpinned.proc is not None and os.sched_getaffinity(unpinned.proc.pid) == os.sched_getaffinity(0)
+    finally:
+        unpinned.stop()

@@ -54,6 +54,10 @@ def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
             assert 0 <= r[share] <= 1, (share, r)
         assert r["prefix_cache"]["replicas"] == 2 and r["prefix_cache"]["prompt_tokens"] > 0
         assert sum(r["prefix_cache"]["requests"]) > 0
+        # every command sleeps its drawn duration, and a trajectory's work holds its commands and more
+        assert r["work_stretch"] >= r["command_stretch"] >= 1.0, r
+        cpu = r["host_cpu_s_per_trajectory"]
+        assert cpu["all"] > 0 and cpu["inference"] is None and cpu["sandboxes"] is None  # cores shared in this run
     naive, pool = rows[0], rows[1]
     assert naive["sandboxes"]["kind"] == "fresh" and naive["sandboxes"]["reused"] == 0
     assert naive["sandboxes"]["created"] == 8  # one container per episode
@@ -63,6 +67,9 @@ def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
     assert out["ratio"] == pytest.approx(rows[-1]["ttb_s"] / naive["ttb_s"], rel=1e-3)
     assert set(out["targets"]) == {"optimized_le_naive_over_3_5", "optimized_within_1_3_ideal"}
     assert out["setup"]["workload"]["time_scale"] == 0.05
+    # two replicas on two cores leave none for the sandboxes: auto shares them, one core per replica, and says so
+    part = out["setup"]["partition"]
+    assert part["sandboxes"] is None and part["replicas"] == ["0", "1"] and "none left for sandboxes" in part["how"]
     text = _table(out)  # what the command prints without --json, for the same result
     assert "envkit bench rollout" in text and "ideal bound" in text and "+ session affinity (optimized)" in text
 
@@ -83,15 +90,20 @@ def test_bench_rollout_on_a_local_ray_cluster_prints_the_same_table(tiny: Path):
         assert r["sandboxes"]["hosts"] == 2
         assert 0 <= r["inference_idle_share"] < 1 and 0 < r["sandbox_utilisation"] <= 1, r
         assert r["prefix_cache"]["prompt_tokens"] > 0 and sum(r["prefix_cache"]["requests"]) > 0
+        cpu = r["host_cpu_s_per_trajectory"]  # per side of the partition, adding up to the whole
+        assert cpu["inference"] > 0 and cpu["sandboxes"] > 0
+        assert cpu["all"] == pytest.approx(cpu["inference"] + cpu["sandboxes"], abs=0.002)
     assert rows[0]["sandboxes"]["kind"] == "fresh" and rows[0]["sandboxes"]["created"] == 8
     assert rows[1]["sandboxes"]["kind"] == "pool"
+    # the default partition on this 2-core machine: the replica on core 0, every sandbox (on both Ray hosts) on core 1
+    assert out["setup"]["partition"] == {"inference": "0", "sandboxes": "1", "replicas": ["0"], "how": "auto"}
     # the same keys as the local backend's rows
     local_keys = {"policy", "ttb_s", "ttb_per_batch_s", "ideal_s", "ttb_over_ideal", "trajectory_s", "straggler_wait_share",
                   "slot_idle_share", "inference_idle_share", "sandbox_utilisation", "sandboxes", "prefix_cache",
                   "trajectories", "excluded", "retries", "outcomes", "exclusions", "placement", "aborted", "left_groups"}
     assert local_keys <= set(rows[0])
     text = _table(out)
-    assert "ray backend" in text and "ideal bound" in text
+    assert "ray backend" in text and "ideal bound" in text and "cores: inference 0 (replica 0: 0), sandboxes 1 (auto)" in text
 
 
 def test_bench_rollout_refuses_bad_input_before_starting_anything():
@@ -103,3 +115,7 @@ def test_bench_rollout_refuses_bad_input_before_starting_anything():
     assert proc.returncode == 2 and "--backend" in proc.stderr and "Traceback" not in proc.stderr
     proc = _cli("bench", "rollout", "--ray-address", "127.0.0.1:1", timeout=120)
     assert proc.returncode == 2 and "--backend ray" in proc.stderr
+    proc = _cli("bench", "rollout", "--cpu-partition", "0/1", "--replicas", "2", timeout=120)
+    assert proc.returncode == 2 and "2 vLLM replicas need a core each" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _cli("bench", "rollout", "--cpu-partition", "0-1/", timeout=120)
+    assert proc.returncode == 2 and "leaves no core for the sandboxes" in proc.stderr and "Traceback" not in proc.stderr
