@@ -55,11 +55,15 @@ def engine_cpu_snapshot() -> dict[tuple[str, ...], float]:
             fields = stat[stat.rindex(")") + 2:].split()
             started = fields[19]
             snap[(pid, started)] = (int(fields[13]) + int(fields[14])) / tick
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    snap[(pid, started, tid)] = int(f.read().split()[0]) / 1e9
+            tids = os.listdir(f"/proc/{pid}/task")
         except (OSError, ValueError, IndexError):
             continue  # a process that exited while being read
+        for tid in tids:
+            try:  # each thread on its own: one that exits must not hide its siblings from this snapshot
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    snap[(pid, started, tid)] = int(f.read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                continue
     return snap
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from envkit.errors import UserError
 
+_MAX_CORES = 8192  # no machine has more; a bigger number is a typo, refused before it is expanded
+
 __all__ = ["CpuPartition", "check_engine", "cpu_list", "describe", "format_cpus", "plan_partition"]
 
 
@@ -82,7 +84,7 @@ def cpu_list(text: str) -> tuple[int, ...]:
         if not lo.isdigit() or (sep and not hi.isdigit()):
             raise ValueError(part or "(empty)")
         a, b = int(lo), int(hi) if sep else int(lo)
-        if b < a:
+        if b < a or b >= _MAX_CORES:
             raise ValueError(part)
         cores.update(range(a, b + 1))
     return tuple(sorted(cores))
@@ -127,6 +129,9 @@ def plan_partition(spec: str, replicas: int | None, *, gpu: bool, available: tup
     ``remote_sandboxes``: the sandboxes run on other machines (a Ray cluster's address), so
     there is nothing here to confine them to. Bad input raises a UserError naming ``option``."""
     cores = tuple(sorted(available if available is not None else os.sched_getaffinity(0)))
+    if replicas is not None and replicas < 1:
+        raise UserError(f"{replicas_option} {replicas}: at least one vLLM replica is needed",
+                        f"give {replicas_option} 1 or more (or leave it out: as many as fit)")
     spec = spec.strip()
     if spec == "none":
         return _unpartitioned(replicas or 1, cores, gpu, f"{option} none")
@@ -182,13 +187,23 @@ def check_engine(runtime: Any, option: str = "--cpu-partition") -> None:
         return
     import docker
 
-    image = runtime.sandbox_spec().images()[0]
-    try:
-        made = client.containers.create(image, command=["true"], cpuset_cpus=cpuset, network_mode="none",
-                                        labels={"org.envkit.cpuset-check": "1"})
+    images = runtime.sandbox_spec().images()
+    if not images:
+        return
+    from envkit.sandbox.docker_backend import SANDBOX_LABEL
+
+    try:  # labelled as a sandbox, so a cleanup of sandboxes removes it if this run is killed here
+        made = client.containers.create(images[0], command=["true"], cpuset_cpus=cpuset, network_mode="none",
+                                        labels={SANDBOX_LABEL: "1", "org.envkit.cpuset-check": "1"})
     except docker.errors.APIError as e:
         if e.status_code is not None and 400 <= e.status_code < 500 and "cpu" in str(e.explanation).lower():
             raise UserError(f"the container engine refuses the sandboxes' cores ({cpuset}): {e.explanation}",
                             f"give the sandboxes cores the engine has in {option}, or {option} none") from None
         raise
-    made.remove(force=True)
+    try:
+        kept = (made.attrs.get("HostConfig") or {}).get("CpusetCpus") or ""
+    finally:
+        made.remove(force=True)
+    if kept != cpuset:  # an engine without the cpuset controller accepts the option and discards it
+        raise UserError(f"the container engine discarded the sandboxes' cores ({cpuset}; it kept {kept or 'none'}): "
+                        "it cannot confine containers to cores here", f"run with {option} none")

@@ -200,7 +200,7 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
         table.add_row(r["policy"], f"{r['ttb_s']:.1f}", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
                       f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
                       _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
-                      _share(r["prefix_cache"]["prefix_hit_rate"]), _num(r.get("work_stretch"), "×"),
+                      _share(r["prefix_cache"]["prefix_hit_rate"]), _num(r.get("command_stretch"), "×"),
                       _cpu(r.get("host_cpu_s_per_trajectory")), str(r["left_groups"]), str(r["retries"]),
                       str(r["excluded"]))
     console.print(table)
@@ -216,8 +216,8 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
     for r in result["rows"]:
         for why, e in r["exclusions"].items():
             console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): {e['evidence'].get('message', '')}[/]")
-    console.print("[dim]stretch: the trajectories' measured work over the drawn durations of their commands (1.00: "
-                  "as fast as on an idle machine); CPU-s/traj: host CPU-seconds per trajectory, all cores (inference "
+    console.print("[dim]stretch: the commands' measured time over their drawn durations (1.00: as on an idle "
+                  "machine); CPU-s/traj: host CPU-seconds per trajectory, all cores (inference "
                   "cores + sandbox cores under a partition); carried: groups still running after the last batch "
                   "(work not counted in any TTB); retried: "
                   "infra failures run again on a fresh sandbox; excl: trajectories whose retries ran out. "

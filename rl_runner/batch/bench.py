@@ -200,11 +200,12 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                 cpu0 = core_seconds()
                 row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
                                  concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
+                cpu1 = core_seconds()  # before the rollouts close (their teardown is not the policy's work)
             finally:
                 if runner is not None:
                     runner.close()
                 router.close()
-            row["host_cpu_s_per_trajectory"] = host_cpu(cpu0, core_seconds(), cores, row["trajectories"])
+            row["host_cpu_s_per_trajectory"] = host_cpu(cpu0, cpu1, cores, row["trajectories"])
             row["wall_s"] = round(time.monotonic() - t0, 2)
             say(f"  TTB {row['ttb_s']:.1f} s (ideal {row['ideal_s']:.1f} s)")
             out_rows.append(row)
@@ -249,14 +250,15 @@ def _stretch(trajs: list[Trajectory], measured: Callable[[Trajectory], float]) -
 
 
 def core_seconds() -> dict[int, float]:
-    """CPU-seconds each core has spent busy so far (everything but idle and iowait, /proc/stat)."""
+    """CPU-seconds each core has spent busy so far (user, system, interrupts: /proc/stat; not
+    idle, iowait or time stolen by a hypervisor). Whatever ran on the core counts."""
     tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     with open("/proc/stat") as f:
         for line in f:
             name, *fields = line.split()
             if name.startswith("cpu") and name[3:].isdigit():
-                v = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+                v = [int(x) for x in fields[:7]]  # user nice system idle iowait irq softirq (not steal)
                 out[int(name[3:])] = (sum(v) - v[3] - v[4]) / tick
     return out
 
@@ -269,7 +271,8 @@ def host_cpu(before: dict[int, float], after: dict[int, float], cores: CpuPartit
             return None
         return round(sum(after.get(c, 0.0) - before.get(c, 0.0) for c in side) / trajectories, 3)
 
-    out = {"all": per(list(after)), "inference": None, "sandboxes": None}
+    mine = sorted(set(after) & os.sched_getaffinity(0))  # the cores this run may use
+    out = {"all": per(mine), "inference": None, "sandboxes": None}
     if cores.active:
         out["inference"], out["sandboxes"] = per(cores.inference), per(cores.sandboxes)
     return out

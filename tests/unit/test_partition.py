@@ -14,7 +14,7 @@ TWO, SIXTEEN = (0, 1), tuple(range(16))
 def test_core_lists_read_and_write_back():
     assert cpu_list("0-3,6") == (0, 1, 2, 3, 6) and cpu_list("1") == (1,) and cpu_list("2,0,1") == (0, 1, 2)
     assert format_cpus((0, 1, 2, 5)) == "0-2,5" and format_cpus([3]) == "3"
-    for bad in ("", "a", "3-1", "1-", "-2", "1;2"):
+    for bad in ("", "a", "3-1", "1-", "-2", "1;2", "0-99999999999"):  # a huge range is refused, not expanded
         with pytest.raises(ValueError):
             cpu_list(bad)
 
@@ -63,6 +63,8 @@ def test_a_written_partition_is_taken_as_given():
     ("0/7", None, "not available here"),
     ("0,1", None, "INFERENCE/SANDBOXES"),
     ("zero/one", None, "is not a core or range"),
+    ("0-99999999999/1", None, "is not a core or range"),
+    ("auto", 0, "at least one vLLM replica"),
 ])
 def test_bad_partitions_are_refused_with_what_to_do(spec, replicas, says):
     with pytest.raises(UserError) as e:
