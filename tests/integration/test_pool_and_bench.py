@@ -53,10 +53,11 @@ def test_a_partitions_sandbox_cores_confine_every_command_and_a_refused_cpuset_i
         assert sb.exec("nproc").stdout.strip() == "1"
     finally:
         sb.destroy()
-    refused = EnvRuntime(pyfix_runtime.env, build_result=pyfix_runtime.build, cpuset="63")
+    beyond = str(os.cpu_count())  # one past the host's last core
+    refused = EnvRuntime(pyfix_runtime.env, build_result=pyfix_runtime.build, cpuset=beyond)
     with pytest.raises(UserError) as e:
         check_engine(refused)
-    assert "refuses the sandboxes' cores (63)" in e.value.message and "--cpu-partition" in e.value.hint
+    assert f"refuses the sandboxes' cores ({beyond})" in e.value.message and "--cpu-partition" in e.value.hint
 
 
 def test_a_replica_process_is_held_to_its_cores():
