@@ -98,7 +98,8 @@ def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None]) 
     out = []
     for entry in recipe.envs:
         runtime = EnvRuntime(resolve_environment(entry.ref), cpuset=cores.cpuset())
-        check_engine(runtime, "cpu_partition")
+        if not out:  # the engine's answer is the same for every environment: asked once
+            check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
         by_id = {t.id: t for t in runtime.env.tasks}
         if entry.tasks:
