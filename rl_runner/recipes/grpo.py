@@ -95,7 +95,7 @@ class TrainRun:
 
 
 def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None]) -> list[tuple[EnvRuntime, list[Task]]]:
-    out = []
+    out: list[tuple[EnvRuntime, list[Task]]] = []
     for entry in recipe.envs:
         runtime = EnvRuntime(resolve_environment(entry.ref), cpuset=cores.cpuset())
         if not out:  # the engine's answer is the same for every environment: asked once
