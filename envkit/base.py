@@ -64,6 +64,7 @@ printf 'agent:!::\nverifier:!::\n' >> "$r/etc/gshadow"
 install -d -o 1000 -g 1000 -m 0755 "$r/home/agent" "$r/workspace"
 install -d -o 1001 -g 1001 -m 0700 "$r/home/verifier"
 printf '[user]\n\tname = envkit agent\n\temail = agent@envkit.invalid\n[safe]\n\tdirectory = *\n[init]\n\tdefaultBranch = main\n' > "$r/etc/gitconfig"
+sed -i 's/^hosts:.*/hosts:          files myhostname dns/' "$r/etc/nsswitch.conf"
 rm -rf "$r"/var/cache/apt/* "$r"/var/lib/apt/lists/* "$r"/var/log/* "$r"/etc/machine-id "$r"/var/cache/ldconfig/aux-cache
 : > "$r/etc/machine-id"
 """
@@ -72,7 +73,9 @@ RECIPE: dict[str, Any] = {
     "recipe_version": 1,
     "suite": "bookworm",
     "variant": "minbase",
-    "packages": sorted(["python3", "python3-pytest", "git", "procps", "ca-certificates"]),
+    # libnss-myhostname: "localhost" resolves without /etc/hosts, which the engine writes only
+    # for containers with networking (sandboxes without a network have it disabled: a faster start)
+    "packages": sorted(["python3", "python3-pytest", "git", "procps", "ca-certificates", "libnss-myhostname"]),
     "source_date_epoch": EPOCH,
     "hook": _HOOK,
     "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",

@@ -1,7 +1,11 @@
-"""`envkit bench sandbox`: cold start, warm acquire, exec round trip and reset, over N runs.
+"""`envkit bench sandbox`, `bench reset` and `bench episode`.
+
+`envkit bench sandbox`: cold start, warm acquire, exec round trip and reset, over N runs.
 
 * cold start: create + start a container until a first command has run in it, and its two
-  parts: the engine's create + start, and the first command (the channel's start included)
+  parts: the engine's create + start (the host attaching to the command channel, the
+  container's main process, in between), and the first command (the channel's hello, which
+  waits for its Python to start, then the command)
 * warm acquire: take a ready sandbox from a full warm pool (liveness check included)
 * exec round trip: one trivial command through the full exec path (the sandbox's command
   channel: user, timeout, limits, output caps), and the same through `docker exec` (the
@@ -10,6 +14,12 @@
 
 Each row also gives the host CPU per operation spent by the container engine (dockerd,
 containerd, the containers' shims and the OCI runtime they start), read from /proc.
+
+`envkit bench episode`: N oracle episodes at a given concurrency, each through the one
+episode driver (:func:`envkit.agents.run_episode`: a sandbox made, reset, the oracle, the
+verifier, the sandbox removed); per episode, its wall time minus the agent's and the
+verifier's own commands (as measured inside the sandbox), split into where it went, and the
+host CPU-seconds (every core's busy time over the run) minus the commands' own CPU.
 """
 
 from __future__ import annotations
@@ -19,12 +29,15 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.runtime import EnvRuntime
 from envkit.sandbox.pool import WarmPool
 
-__all__ = ["BenchRow", "bench_sandbox", "percentile", "TARGETS"]
+if TYPE_CHECKING:
+    from envkit.records import EpisodeResult
+
+__all__ = ["BenchRow", "EPISODE_TARGETS", "TARGETS", "bench_episodes", "bench_sandbox", "core_seconds", "percentile"]
 
 TARGETS = {"cold_start": ("p50", 0.150), "warm_acquire": ("p50", 0.020), "exec": ("p50", 0.005)}
 HOST_CPU_TARGETS = {"exec": 0.002}  # engine CPU-seconds per command
@@ -35,6 +48,20 @@ HOST_CPU_TARGETS = {"exec": 0.002}  # engine CPU-seconds per command
 # in-container CPU; `exec` does not (the channel reaps its commands inside the sandbox).
 # (docker-init, the containers' PID 1, is in-container and not counted.)
 _ENGINE = ("dockerd", "containerd", "containerd-shim", "runc")
+
+
+def core_seconds() -> dict[int, float]:
+    """CPU-seconds each core has spent busy so far (user, system, interrupts: /proc/stat; not
+    idle, iowait or time stolen by a hypervisor). Whatever ran on the core counts."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, float] = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *fields = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                v = [int(x) for x in fields[:7]]  # user nice system idle iowait irq softirq (not steal)
+                out[int(name[3:])] = (sum(v) - v[3] - v[4]) / tick
+    return out
 
 
 def engine_cpu_snapshot() -> dict[tuple[str, ...], float]:
@@ -134,7 +161,7 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
         t0 = time.perf_counter()
         sb = backend.create()
         t1 = time.perf_counter()
-        sb.exec("true")  # opens the command channel (one exec), then runs the command on it
+        sb.exec("true")  # the channel's hello (its Python started with the container), then the command
         t2 = time.perf_counter()
         engine["cold_start"] += engine_cpu_between(e0, engine_cpu_snapshot())  # removal not included
         cold.append(t2 - t0)
@@ -148,7 +175,7 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
     fallback.channel = False  # every command by its own `docker exec`
     try:
         timed: dict[str, list[float]] = {"exec": [], "exec_docker": [], "reset": []}
-        sb.exec("true")  # opens the channel: counted in cold_start, not here
+        sb.exec("true")  # the channel's hello: counted in cold_start, not here
         for metric, box in (("exec", sb), ("exec_docker", fallback)):
             e0 = engine_cpu_snapshot()
             for _ in range(n):
@@ -211,3 +238,84 @@ def bench_resets(runtimes: list[EnvRuntime], *, n: int = 50, tick: Callable[[str
                      "passed": (p50 <= 0.100) if runtime.env.spec.state.database is not None else None,
                      "same_hash": len(hashes) == 1})
     return rows
+
+
+# `envkit bench episode`'s goals (issue 17): what running an episode costs on top of its own
+# commands, per episode, at concurrency 4 on a container environment.
+EPISODE_TARGETS = {"overhead_s": 0.5, "overhead_cpu_s": 0.5}
+# Where an episode's overhead goes: (column, timing key, the commands' own time inside it)
+_PARTS = (("acquire", "sandbox_acquire_s", None), ("reset", "reset_s", None),
+          ("agent tools", "tools_s", "agent_commands_s"), ("verify", "verify_s", "verifier_commands_s"))
+
+
+def _overhead(r: EpisodeResult) -> dict[str, float]:
+    """One episode's wall time, its commands' own time and the rest, split into parts (what is
+    left after the parts: removing the sandbox and the driver's own bookkeeping)."""
+    t = r.timings
+    own = t.get("agent_commands_s", 0.0) + t.get("verifier_commands_s", 0.0)
+    wall = t.get("episode_s", 0.0)
+    out = {"wall": wall, "commands": own, "overhead": wall - own}
+    for name, key, inner in _PARTS:
+        out[name] = t.get(key, 0.0) - (t.get(inner, 0.0) if inner else 0.0)
+    out["teardown, other"] = out["overhead"] - sum(out[name] for name, _, _ in _PARTS)
+    return out
+
+
+def bench_episodes(runtime: EnvRuntime, *, n: int = 20, concurrency: int = 4, seed: int = 0, docker_exec: bool = False,
+                   tick: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """N oracle episodes (the environment's tasks in turn, one seed), ``concurrency`` at a
+    time, after one that is not counted (first image and hash lookups). Returns the per-episode
+    figures (p50, p90, mean of each part), the host CPU per episode and the verdicts.
+    ``docker_exec``: every command by its own `docker exec` (the fallback path), to compare."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envkit.agents import OracleAgent, run_episode
+
+    if docker_exec:
+        runtime.backend.channel_off = "bench episode --docker-exec: every command by its own `docker exec`"
+    note = tick or (lambda _m: None)
+    tasks = runtime.env.tasks
+    agent = OracleAgent()
+    run_episode(runtime, tasks[0], seed, agent)  # warm-up, not counted
+
+    def one(i: int) -> EpisodeResult:
+        result = run_episode(runtime, tasks[i % len(tasks)], seed, agent)
+        note(result.outcome)
+        return result
+
+    cores0, engine0, self0 = core_seconds(), engine_cpu_snapshot(), _self_cpu()
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as workers:
+        results = list(workers.map(one, range(n)))
+    elapsed = time.perf_counter() - t0
+    cores1, engine1, self1 = core_seconds(), engine_cpu_snapshot(), _self_cpu()
+
+    failed = [r for r in results if r.outcome != "ok" or r.reward != 1.0]
+    parts = [_overhead(r) for r in results]
+    names = list(parts[0]) if parts else []
+    stats = {name: {"p50": round(percentile([p[name] for p in parts], 50), 4),
+                    "p90": round(percentile([p[name] for p in parts], 90), 4),
+                    "mean": round(statistics.fmean(p[name] for p in parts), 4)} for name in names}
+    mine = sorted(set(cores1) & os.sched_getaffinity(0))
+    cpu_all = sum(cores1[c] - cores0.get(c, 0.0) for c in mine) / n
+    cpu_own = sum(r.timings.get("agent_commands_cpu_s", 0.0) + r.timings.get("verifier_commands_cpu_s", 0.0)
+                  for r in results) / n
+    cpu = {"all": round(cpu_all, 4), "commands": round(cpu_own, 4), "overhead": round(cpu_all - cpu_own, 4),
+           "engine": round(engine_cpu_between(engine0, engine1) / n, 4), "driver": round((self1 - self0) / n, 4)}
+    overhead_mean = stats["overhead"]["mean"] if stats else float("nan")
+    targets = {"overhead_s": {"value": overhead_mean, "target": EPISODE_TARGETS["overhead_s"],
+                              "met": overhead_mean <= EPISODE_TARGETS["overhead_s"]},
+               "overhead_cpu_s": {"value": cpu["overhead"], "target": EPISODE_TARGETS["overhead_cpu_s"],
+                                  "met": cpu["overhead"] <= EPISODE_TARGETS["overhead_cpu_s"]}}
+    return {"env": runtime.env.ref, "kind": runtime.env.spec.environment.kind, "n": n, "concurrency": concurrency,
+            "path": "docker exec" if docker_exec else "command channel",
+            "seconds": round(elapsed, 2), "episodes_per_s": round(n / elapsed, 3), "per_episode_s": stats,
+            "host_cpu_s_per_episode": cpu, "targets": targets, "cpus": os.cpu_count(),
+            "failed": [{"task": r.task_id, "outcome": r.outcome, "reward": r.reward,
+                        "message": str(r.evidence.get("message", ""))[:300]} for r in failed]}
+
+
+def _self_cpu() -> float:
+    """This process's CPU so far (every thread: the episode driver's own work)."""
+    t = os.times()
+    return t.user + t.system

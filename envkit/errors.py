@@ -25,7 +25,9 @@ The attribution rule (the one every classifier in envkit follows):
   its command ran past ``command_timeout_s``, its process was OOM-killed at the spec's
   ``memory_mb``, it hit the spec's ``pids`` limit, it ran past ``episode_timeout_s``, it
   emitted an action that does not parse, it ran out of turns or tokens, its code ran past its
-  time while the verifier called it (``code_timeout``).
+  time while the verifier called it (``code_timeout``), the sandbox of an agent that runs as
+  root there (a container environment's default) stopped while the engine answers
+  (``sandbox_stopped``: root in it can stop it).
 * What the model could not have caused is an **infra** failure: the Docker daemon erred,
   the container never started or vanished, an exec transport error, a reset that was not
   deterministic, an inference server that did not answer.
@@ -279,8 +281,8 @@ class InfraFailure(EpisodeFailure):
 class ModelFailure(EpisodeFailure):
     """Caused by the model's own actions inside the spec's limits. Kinds include
     ``command_timeout``, ``oom``, ``pids_limit``, ``episode_timeout``,
-    ``turn_limit``, ``unparseable_action``, ``code_timeout``, and the verifier kinds when the
-    agent's state broke the verifier."""
+    ``turn_limit``, ``unparseable_action``, ``code_timeout``, ``sandbox_stopped``, and the
+    verifier kinds when the agent's state broke the verifier."""
 
     category = FailureCategory.MODEL
 

@@ -169,6 +169,7 @@ class ImageKind:
             env["ENVKIT_ANSWER"] = answer
         vspec = spec.verifier
         res = sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
+        episode.count_command("verifier", res)
         duration = round(time.monotonic() - t0, 4)
         tail = res.stderr[-2000:]
         if res.timed_out:
@@ -209,7 +210,7 @@ class ImageKind:
 
 # -- container: imported Harbor tasks ------------------------------------------------------
 
-def _files(folder: Path) -> list[tuple[str, bytes, int]]:
+def _files(folder: Path) -> list[tuple[str, bytes | None, int]]:
     return [(str(p.relative_to(folder)), p.read_bytes(), p.stat().st_mode & 0o777)
             for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()]
 
@@ -260,14 +261,15 @@ class ContainerKind:
         c = episode.task.container
         assert c is not None
         t0 = time.monotonic()
-        sandbox.kill_processes(AGENT)
-        prep = sandbox.exec("rm -rf /tests /logs/verifier && mkdir -p /logs/verifier && chmod 777 /logs/verifier",
-                            user="root", timeout_s=60, workdir="/")
-        if prep.exit_code != 0:
-            raise VerifierFailure("verifier_setup", "could not prepare /logs/verifier", stderr_tail=prep.stderr[-500:])
-        sandbox.put_tree("/tests", _files(episode.runtime.env.root / c.path / "tests"))
+        # One exec: the agent's processes killed, /tests and /logs/verifier removed (nothing the
+        # agent left there is read as the tests' or the verifier's); then one copy, no exec.
+        if not sandbox.prepare_verifier(("/tests", "/logs/verifier")):
+            raise VerifierFailure("verifier_setup", "could not remove /tests or /logs/verifier before the tests")
+        tests = [(f"tests/{rel}", data, mode) for rel, data, mode in _files(episode.runtime.env.root / c.path / "tests")]
+        sandbox.put_tree("/", [("logs/verifier", None, 0o777), *tests])
         env = {**c.verifier_env, "ENVKIT_TASK_ID": episode.task.id, "ENVKIT_SEED": str(episode.seed)}
         res = sandbox.exec(episode.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=env)
+        episode.count_command("verifier", res)
         duration = round(time.monotonic() - t0, 4)
         tail = (res.stdout + res.stderr)[-2000:]
         if res.timed_out:

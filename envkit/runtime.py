@@ -124,6 +124,15 @@ class Episode:
         self.steps.append(step)
         self.timings["tools_s"] = round(self.timings.get("tools_s", 0.0) + step.duration_s, 4)
 
+    def count_command(self, who: str, result: ExecResult | None, seconds: float = 0.0) -> None:
+        """Add the own time and CPU of a command of ``who`` (agent, verifier) to the episode's
+        timings (``agent_commands_s``, ``agent_commands_cpu_s``, …): as measured inside the
+        sandbox, or ``seconds`` (the host's view) for a tool with no such measure (http, browser)."""
+        own = seconds if result is None else (result.command_s if result.command_s is not None else result.duration_s)
+        cpu = 0.0 if result is None else (result.command_cpu_s or 0.0)
+        for key, value in ((f"{who}_commands_s", own), (f"{who}_commands_cpu_s", cpu)):
+            self.timings[key] = round(self.timings.get(key, 0.0) + value, 6)
+
     def elapsed(self) -> float:
         return time.monotonic() - self._started if self._started else 0.0
 
@@ -142,6 +151,7 @@ class Episode:
             self.model_failure = failure
             raise
         self._record(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
+        self.count_command("agent", result)
         if result.limit_hit == "command_timeout" and timeout < self.spec.limits.command_timeout_s:
             self.model_failure = self._episode_timeout()
         elif result.limit_hit is not None:
@@ -164,6 +174,7 @@ class Episode:
         label = f"http {method.upper()} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
         self._record(StepRecord(label, int(result.get("status", 0)), str(result.get("body", "")),
                                 str(result.get("error", "")), duration, None))
+        self.count_command("agent", None, duration)
         return result
 
     def browser(self, action: dict[str, Any]) -> str:
@@ -183,6 +194,7 @@ class Episode:
         label = "browser " + " ".join(f"{k}={v!r}" if k != "action" else str(v) for k, v in action.items() if k != "tool")
         failed = observation.startswith("error:")
         self._record(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
+        self.count_command("agent", None, duration)
         return observation
 
     def act(self, tool: str, arguments: dict[str, Any]) -> str:

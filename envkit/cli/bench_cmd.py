@@ -55,6 +55,59 @@ def sandbox(
         raise typer.Exit(1)
 
 
+@bench_app.command("episode")
+def episode(
+    env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+    n: int = typer.Option(20, "-n", min=1, max=100_000, help="Episodes (after one warm-up that is not counted)."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, max=256, help="Episodes at a time."),
+    seed: int = typer.Option(0, "--seed", help="Reset seed of every episode."),
+    docker_exec: bool = typer.Option(False, "--docker-exec", help="Every command by its own `docker exec` (the "
+                                     "fallback path), to compare with the command channel."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Per-episode overhead: N oracle episodes, wall time and host CPU beyond the commands' own."""
+    from envkit.bench import bench_episodes
+
+    runtime = EnvRuntime(resolve_environment(env))
+    if as_json:
+        result = bench_episodes(runtime, n=n, concurrency=concurrency, seed=seed, docker_exec=docker_exec)
+        print_json(result)
+    else:
+        with Progress(console=console, transient=True) as progress:
+            bar = progress.add_task("episodes", total=n)
+            result = bench_episodes(runtime, n=n, concurrency=concurrency, seed=seed, docker_exec=docker_exec,
+                                    tick=lambda _m: progress.advance(bar))
+        show_episodes(result)
+    if result["failed"] or not all(t["met"] for t in result["targets"].values()):
+        raise typer.Exit(1)
+
+
+def show_episodes(result: dict[str, Any]) -> None:
+    """Print `envkit bench episode`'s table for a result."""
+    table = Table(title=f"envkit bench episode  ({result['n']} oracle episodes of {result['env']} ({result['kind']}), "
+                        f"concurrency {result['concurrency']}, {result['path']}, {result['cpus']} CPUs, {result['seconds']:.1f} s)")
+    for col in ("per episode", "p50", "p90", "mean"):
+        table.add_column(col, justify="left" if col == "per episode" else "right")
+    labels = {"wall": "wall time", "commands": "agent's + verifier's own commands", "overhead": "overhead (wall - commands)"}
+    for name, st in result["per_episode_s"].items():
+        label = labels.get(name, f"  {name}")
+        table.add_row(label, f"{st['p50']:.3f} s", f"{st['p90']:.3f} s", f"{st['mean']:.3f} s",
+                      style="bold" if name == "overhead" else None)
+    console.print(table)
+    cpu = result["host_cpu_s_per_episode"]
+    console.print(f"host CPU-s per episode: {cpu['all']:.3f} on every core, of which the commands' own "
+                  f"{cpu['commands']:.3f}: overhead {cpu['overhead']:.3f} (container engine {cpu['engine']:.3f}, "
+                  f"this process {cpu['driver']:.3f})")
+    for name, t in result["targets"].items():
+        what = "overhead per episode (mean)" if name == "overhead_s" else "overhead CPU-s per episode"
+        console.print(f"{what}: {t['value']:.3f} (target ≤ {t['target']:g}: {'met' if t['met'] else 'NOT met'})")
+    for f in result["failed"]:
+        console.print(f"[red]task {f['task']}: {f['outcome']}, reward {f['reward']}: {f['message']}[/]")
+    console.print("[dim]commands' own time and CPU are measured inside the sandbox (the channel, or exec.sh); the "
+                  "parts: acquire (the sandbox made), reset, agent tools and verify beyond their commands, "
+                  "teardown and other (the sandbox removed, the driver's bookkeeping)[/]")
+
+
 @bench_app.command("registry")
 def registry(
     envs: int = typer.Option(50, "--envs", min=1, max=10000, help="Environments seeded before the GETs."),

@@ -53,6 +53,10 @@ class ExecResult:
     stdout_bytes: int = 0
     stderr_bytes: int = 0
     truncated: bool = False
+    # The command's own time and CPU (its processes', reaped), measured inside the sandbox:
+    # ``duration_s`` minus ``command_s`` is what running it cost on top. None: not measured.
+    command_s: float | None = None
+    command_cpu_s: float | None = None
 
     @property
     def ok(self) -> bool:

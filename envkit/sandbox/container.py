@@ -14,12 +14,18 @@ consequence of that model:
 * Nothing hidden is in the image: the task's ``tests/`` reach /tests and ``solution/``
   reaches /solution only when the verifier or the oracle runs (copied in from the host).
   An agent running as root can still tamper with the system the tests run on (as in Harbor).
-* The in-container helpers are shell only (``exec.sh``, ``killall.sh``), copied in before
-  the container starts: the image needs /bin/bash and coreutils' ``timeout``, not Python.
+* The command channel (helper.py, the container's main process, as in envkit images) runs
+  on a Python carried in by a read-only volume (:mod:`envkit.sandbox.pyruntime`), so the image
+  needs /bin/bash, not Python; the shell helpers (``killall.sh``; ``exec.sh`` for the
+  `docker exec` path, used when there is no envkit base image to carry Python from) are
+  written in through the channel (or copied in before the start).
+* The agent is root unless the task says otherwise, and root can stop the sandbox: a sandbox
+  that stopped while the engine answers is ``model_failure:sandbox_stopped``, never infra.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import secrets
@@ -31,16 +37,31 @@ from importlib import resources
 from typing import Any
 
 import docker.errors
+from docker.types import Mount
 
 from envkit.engine import TRANSPORT_ERRORS, connect
-from envkit.errors import InfraFailure
+from envkit.errors import EnvkitError, InfraFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
-from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, limit_options, remove_labelled, start_container
+from envkit.sandbox.docker_backend import (
+    SANDBOX_LABEL,
+    DockerSandbox,
+    attach_channel,
+    limit_options,
+    remove_labelled,
+    start_container,
+)
+from envkit.sandbox.pyruntime import MOUNT, channel_command, ensure_volume
 from envkit.spec import LoadedEnvironment, Task
 
 __all__ = ["ContainerBackend", "ContainerSandbox"]
 
 _HELPERS = ("exec.sh", "killall.sh")
+_KILLALL = ("/bin/sh", "/opt/envkit/killall.sh")
+# /etc/hosts as the engine writes it for `--network none`: a sandbox without a network is made
+# with the engine's networking disabled (see limit_options), which writes none, so the copy
+# made before the start puts this one in the container's own layer.
+_LOOPBACK_HOSTS = (b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\n"
+                   b"ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
 _HASH = ("cd \"$1\" 2>/dev/null || exit 3; find . -xdev \\( -type f -o -type l \\) -print0 | LC_ALL=C sort -z "
          "| xargs -0r sha256sum | sha256sum | cut -c1-64")
 
@@ -62,12 +83,16 @@ def _tar(entries: list[tuple[str, bytes | None, int]]) -> bytes:
     return buf.getvalue()
 
 
-def _helper_tar() -> bytes:
+def _helper_entries(network: str) -> list[tuple[str, bytes | None, int]]:
+    """What every sandbox of a task gets before its agent starts: envkit's shell helpers,
+    Harbor's /logs folders and (with no network) /etc/hosts."""
     pkg = resources.files("envkit.sandbox") / "incontainer"
     entries: list[tuple[str, bytes | None, int]] = [("opt/envkit", None, 0o755)]
     entries += [(f"opt/envkit/{n}", (pkg / n).read_bytes(), 0o755) for n in _HELPERS]
     entries += [("logs", None, 0o777), ("logs/agent", None, 0o777), ("logs/verifier", None, 0o777)]
-    return _tar(entries)
+    if network == "none":  # with a network, the engine mounts its own
+        entries += [("etc/hosts", _LOOPBACK_HOSTS, 0o644)]
+    return entries
 
 
 class ContainerBackend:
@@ -81,8 +106,9 @@ class ContainerBackend:
         self.limits = limits
         self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
         self.runtime = runtime
-        self.helpers = _helper_tar()
-        self._workdirs: dict[str, str] = {}
+        self.channel_off = ""
+        self._volume: str | None = None
+        self._configs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         # The image a pool prepares (reset without a task) is the first task's.
         self.image = task_images[env.tasks[0].id] if env.tasks else ""
@@ -90,12 +116,15 @@ class ContainerBackend:
     def task(self, task_id: str | None) -> Task:
         return self.env.task(task_id) if task_id else self.env.tasks[0]
 
-    def workdir(self, image: str) -> str:
+    def image_config(self, image: str) -> dict[str, Any]:
+        """The image's config (working folder, environment), read once."""
         with self._lock:
-            if image not in self._workdirs:
-                config = self.client.images.get(image).attrs.get("Config") or {}
-                self._workdirs[image] = config.get("WorkingDir") or "/"
-            return self._workdirs[image]
+            if image not in self._configs:
+                self._configs[image] = self.client.images.get(image).attrs.get("Config") or {}
+            return self._configs[image]
+
+    def workdir(self, image: str) -> str:
+        return str(self.image_config(image).get("WorkingDir") or "/")
 
     def task_limits(self, task: Task) -> SandboxLimits:
         c = task.container
@@ -111,19 +140,60 @@ class ContainerBackend:
         if image is None:
             raise InfraFailure("image_missing", f"no image was built for task {task.id}", hint="run `envkit build` for this environment")
         limits = self.task_limits(task)
-        opts: dict[str, Any] = dict(**limit_options(limits, self.runtime), entrypoint=["sleep"], command=["infinity"],
-                                    labels={**self.labels, "org.envkit.task": task.id}, shm_size="64m")
+        opts: dict[str, Any] = dict(**limit_options(limits, self.runtime), labels={**self.labels, "org.envkit.task": task.id},
+                                    shm_size="64m")
+        volume = self.channel_volume()
+        if volume is not None:  # the command channel is the main process, on the carried Python
+            opts.update(entrypoint=channel_command(), command=[], stdin_open=True, log_config={"type": "none", "config": {}},
+                        mounts=[Mount(MOUNT, volume, type="volume", read_only=True)])
+        else:
+            opts.update(entrypoint=["sleep"], command=["infinity"])
         t0 = time.monotonic()
         try:
             workdir = self.workdir(image)
         except docker.errors.ImageNotFound:
             raise InfraFailure("image_missing", f"the image {image} of task {task.id} is not in the engine",
                                hint="run `envkit build` for this environment") from None
-        container = start_container(self.client, image, opts, prepare=lambda made: made.put_archive("/", self.helpers))
+        helpers = _helper_entries(limits.network)
+        attached: list[Any] = []
+
+        def prepare(made: Any) -> None:
+            if volume is not None:
+                attached.append(attach_channel(made))
+            else:
+                made.put_archive("/", _tar(helpers))
+
+        try:
+            container = start_container(self.client, image, opts, prepare=prepare)
+        except BaseException:
+            for chan in attached:
+                chan.close()
+            raise
         users = {AGENT: c.agent_user, VERIFIER: c.verifier_user, "root": "0:0"}
-        return DockerSandbox(container=container, limits=limits, image=image, created_s=round(time.monotonic() - t0, 4),
-                             has_repo=False, has_service=False, users=users, user_env={}, workdir=workdir,
-                             channel=False)  # an imported task's agent may be root, who could reach a channel
+        sandbox = DockerSandbox(container=container, limits=limits, image=image, has_repo=False, has_service=False,
+                                users=users, user_env={}, workdir=workdir, kill_command=list(_KILLALL),
+                                channel=volume is not None, channel_off=self.channel_off,
+                                home_from_passwd=not any(e.startswith("HOME=") for e in self.image_config(image).get("Env") or []),
+                                root_agent=c.agent_user.split(":")[0] in ("root", "0"),
+                                _root=attached[0] if attached else None)
+        if volume is not None:  # the helpers through the channel (its hello first): a copy by the engine costs ~40 ms more
+            try:
+                ContainerSandbox.copy_in(sandbox, "/", helpers)
+            except BaseException:
+                sandbox.destroy()
+                raise
+        sandbox.created_s = round(time.monotonic() - t0, 4)
+        return sandbox
+
+    def channel_volume(self) -> str | None:
+        """The volume of the channel's Python (made once per engine); None, with
+        ``channel_off`` saying why, when it cannot be made (commands then go by `docker exec`)."""
+        if self._volume is None and not self.channel_off:
+            try:
+                self._volume = ensure_volume(self.client)
+            except EnvkitError as e:  # e.g. no envkit base image on this engine
+                self.channel_off = f"no Python for the command channel: {e}"
+        return self._volume
 
     def create(self) -> ContainerSandbox:
         return ContainerSandbox(self)
@@ -171,24 +241,11 @@ class ContainerSandbox:
         self.inner = self.backend.start(chosen)
         self.task_id = chosen.id
         self.created_s = self.inner.created_s
-        self.inner.kill_command = ["/bin/sh", "/opt/envkit/killall.sh", self._main_pid()]
         state_hash = self.state_hash()
         result = ResetResult(state_hash=state_hash, commit="", seed=int(seed), seconds=round(time.monotonic() - t0, 4),
                              extra={"task": chosen.id, "image": self.inner.image})
         self.last_reset = result
         return result
-
-    def _main_pid(self) -> str:
-        """The container's `sleep infinity` (the init's child), which killall.sh must spare."""
-        inner = self._live()
-        for _ in range(50):  # the init may not have forked it yet
-            out, _err, _hit, _ = inner._run(["cat", "/proc/1/task/1/children"], user="root", env=None, workdir="/",
-                                            stdin=None, deadline=time.monotonic() + 30, limit=4096)
-            pids = out.value().decode(errors="replace").split()
-            if pids:
-                return pids[0]
-            time.sleep(0.02)
-        raise InfraFailure("sandbox_start", "the sandbox's main process did not start", container=self.id)
 
     def state_hash(self) -> str:
         """The task's working folder (its files' paths and contents), with the image ID."""
@@ -207,17 +264,29 @@ class ContainerSandbox:
     def workdir(self) -> str:
         return self._live().workdir
 
-    def put_tree(self, dest: str, files: list[tuple[str, bytes, int]]) -> None:
-        """Copy files (relative path, data, mode) under ``dest``, owned by root; parents are made."""
-        inner = self._live()
-        mk = inner.exec(f"mkdir -p '{dest}'", user="root", timeout_s=30, workdir="/")
-        if mk.exit_code != 0:
-            raise InfraFailure("copy_failed", f"could not make {dest} in the sandbox", stderr_tail=mk.stderr[-500:])
+    def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
+        """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
+        root, folders below ``dest`` made as needed: one request on the command channel, or
+        (without one) one copy into the container by the engine."""
+        self.copy_in(self._live(), dest, files)
+
+    @staticmethod
+    def copy_in(inner: DockerSandbox, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
+        """:meth:`put_tree` into the container of ``inner``."""
+        entries = [[rel, f"{mode:o}", None if data is None else base64.b64encode(data).decode()] for rel, data, mode in files]
+        reply = inner._channel_call({"cmd": "put", "dest": dest, "entries": entries}, timeout=120, what=f"the copy to {dest}")
+        if reply is not None:
+            if "error" in reply:
+                raise InfraFailure("copy_failed", f"the copy to {dest} failed", container=inner.id,
+                                   error=reply.get("message", ""))
+            return
+        prefix = dest.strip("/")
+        name = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
         dirs = sorted({"/".join(rel.split("/")[:i]) for rel, _, _ in files for i in range(1, rel.count("/") + 1)})
-        entries: list[tuple[str, bytes | None, int]] = [(d, None, 0o755) for d in dirs]
-        entries += [(rel, data, mode) for rel, data, mode in files]
-        try:
-            ok = inner.container.put_archive(dest, _tar(entries))
+        tar_entries: list[tuple[str, bytes | None, int]] = [(name(d), None, 0o755) for d in dirs]
+        tar_entries += [(name(rel), data, mode) for rel, data, mode in files]
+        try:  # the engine makes ``dest`` and its parents (0755) when missing
+            ok = inner.container.put_archive("/", _tar(tar_entries))
         except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
             raise inner._infra(e, f"copy to {dest}") from None
         if not ok:
@@ -228,7 +297,19 @@ class ContainerSandbox:
         self.put_tree(folder or "/", [(name, data, mode)])
 
     def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        """A file's bytes, read as root (``cat`` in the sandbox: through the channel, or one exec)."""
         return self._live().get_file(path, user="root", max_bytes=max_bytes)
+
+    def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
+        """Stop the agent (every process but the container's own two) and remove ``clear`` (the
+        verifier's folders), in one exec as root; False when a folder could not be removed."""
+        inner = self._live()
+        out, _err, hit, _ = inner._run([*_KILLALL, *clear], user="root", env=None, workdir="/", stdin=None,
+                                       deadline=time.monotonic() + 30, limit=4096)
+        text = out.value()
+        if hit or b"killed" not in text:
+            raise InfraFailure("killall_failed", "the sandbox's killall did not answer", container=self.id)
+        return b'"removed": true' in text
 
     def kill_processes(self, user: str = AGENT) -> None:
         """Kill every process but the container's own two (works for a root agent too)."""

@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from envkit.bench import core_seconds
 from envkit.catalog import resolve_environment
 from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
@@ -247,20 +248,6 @@ def _stretch(trajs: list[Trajectory], measured: Callable[[Trajectory], float]) -
     played = [t for t in trajs if t.timings.get("scripted_s")]
     scripted = sum(t.timings["scripted_s"] for t in played)
     return _r(sum(measured(t) for t in played) / scripted) if scripted > 0 else None
-
-
-def core_seconds() -> dict[int, float]:
-    """CPU-seconds each core has spent busy so far (user, system, interrupts: /proc/stat; not
-    idle, iowait or time stolen by a hypervisor). Whatever ran on the core counts."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out: dict[int, float] = {}
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *fields = line.split()
-            if name.startswith("cpu") and name[3:].isdigit():
-                v = [int(x) for x in fields[:7]]  # user nice system idle iowait irq softirq (not steal)
-                out[int(name[3:])] = (sum(v) - v[3] - v[4]) / tick
-    return out
 
 
 def host_cpu(before: dict[int, float], after: dict[int, float], cores: CpuPartition, trajectories: int) -> dict[str, float | None]:

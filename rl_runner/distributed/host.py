@@ -166,7 +166,10 @@ class RemoteSandbox:
     def start_agent_calls(self) -> str:
         return str(self._call("start_agent_calls"))
 
-    def put_tree(self, dest: str, files: list[tuple[str, bytes, int]]) -> None:
+    def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
+        return bool(self._call("prepare_verifier", clear))
+
+    def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
         """A container environment's folder (Harbor tests/, solution/), read on this side."""
         self._call("put_tree", dest, files)
 

@@ -219,3 +219,64 @@ def test_check_env_passes_on_the_imported_environment(runtime):
     with EnvkitEnv(runtime) as env:
         report = check_env(env)
     assert len(report["passed"]) >= 10
+
+
+# -- the command channel in a task's own image (helper.py on the Python carried in by a volume)
+
+_KILL_CHANNEL = "for p in /proc/[0-9]*; do grep -q 'rt/v/helper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; sleep 5"
+
+
+def test_a_task_image_without_envkit_gets_the_command_channel_and_a_non_root_agent_cannot_reach_it(runtime):
+    task = runtime.env.task("as-agent-user")
+    sb = runtime.backend.create()
+    try:
+        sb.reset(0, task=task.id)
+        assert sb.inner.channel_off == "" and sb.inner._root is not None  # no `docker exec` per command
+        r = sb.exec("id -u; echo $HOME; getent hosts localhost >/dev/null && echo resolves")
+        assert r.stdout.split() == ["1000", "/home/agent", "resolves"], r  # as `docker exec --user agent` would
+        assert r.command_s is not None and 0 <= r.command_s <= r.duration_s
+        attack = sb.exec(_KILL_CHANNEL.replace("; sleep 5", "; echo tried"))
+        assert attack.stdout == "tried\n" and sb.exec("echo alive").stdout == "alive\n"
+        assert sb.exec("id -u", user="root").stdout == "0\n"
+    finally:
+        sb.destroy()
+
+
+def test_a_root_agent_that_stops_its_sandbox_gets_a_model_failure_not_an_excuse(runtime):
+    """A container environment's agent is root by default and can stop its own sandbox (the
+    channel is its main process): with the engine answering, that is the model's doing."""
+    result = run_episode(runtime, runtime.env.task("hello-file"), 0, ShellAgent(_KILL_CHANNEL))
+    assert result.outcome == "model_failure:sandbox_stopped" and result.reward == 0.0, result
+    assert result.evidence["container"]
+
+
+def test_bench_episode_measures_the_overhead_of_oracle_episodes(imported):
+    env_dir, _ = imported
+    proc = envkit("bench", "episode", str(env_dir), "-n", "3", "--concurrency", "2", "--json", timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr  # 1 = a target missed (reported, not hidden)
+    data = json.loads(proc.stdout)
+    assert data["failed"] == [] and data["n"] == 3 and data["kind"] == "container"
+    st = data["per_episode_s"]
+    assert 0 < st["commands"]["mean"] < st["wall"]["mean"]
+    assert abs(st["overhead"]["mean"] - (st["wall"]["mean"] - st["commands"]["mean"])) < 1e-3
+    parts = ("acquire", "reset", "agent tools", "verify", "teardown, other")
+    assert abs(sum(st[p]["mean"] for p in parts) - st["overhead"]["mean"]) < 1e-3
+    cpu = data["host_cpu_s_per_episode"]
+    assert cpu["all"] > 0 and abs(cpu["overhead"] - (cpu["all"] - cpu["commands"])) < 1e-3
+    assert set(data["targets"]) == {"overhead_s", "overhead_cpu_s"}
+    bad = envkit("bench", "episode", str(env_dir / "nope"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_without_the_carried_python_a_task_runs_by_docker_exec(runtime, monkeypatch):
+    monkeypatch.setattr(runtime.backend, "_volume", None)
+    monkeypatch.setattr(runtime.backend, "channel_off", "no Python for the command channel (this test)")
+    sb = runtime.backend.create()
+    try:
+        sb.reset(0, task="hello-file")
+        assert sb.inner._root is None and "this test" in sb.inner.channel_off
+        assert sb.exec("echo $HOME; cat /etc/hosts | head -1").stdout.split() == ["/root", "127.0.0.1", "localhost"]
+    finally:
+        sb.destroy()
+    result = run_episode(runtime, runtime.env.task("multi-reward"), 0, OracleAgent())
+    assert result.outcome == "ok" and result.reward == 1.0, result

@@ -78,3 +78,18 @@ def test_a_replica_process_is_held_to_its_cores():
         assert unpinned.proc is not None and os.sched_getaffinity(unpinned.proc.pid) == os.sched_getaffinity(0)
     finally:
         unpinned.stop()
+
+
+def test_a_commands_own_time_and_cpu_are_measured_inside_the_sandbox_on_both_paths(pyfix_runtime):
+    sb = pyfix_runtime.backend.create()
+    fallback = pyfix_runtime.backend.create()
+    fallback.channel = False  # by `docker exec` (exec.sh)
+    try:
+        for box in (sb, fallback):
+            r = box.exec("sleep 0.3; python3 -c 'sum(range(60_000_000))'")
+            assert r.ok and r.command_s is not None and r.command_cpu_s is not None, r
+            assert 0.4 <= r.command_s <= r.duration_s  # the round trip is on top
+            assert 0.15 <= r.command_cpu_s <= r.command_s - 0.25  # python's work, not the sleep
+    finally:
+        sb.destroy()
+        fallback.destroy()

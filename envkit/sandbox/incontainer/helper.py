@@ -512,7 +512,7 @@ def relay():
     return 0
 
 
-CHANNEL_PROTOCOL = 2
+CHANNEL_PROTOCOL = 3  # 3: replies carry the request's "id"; the root channel is the container's main process
 _STDIO_GRACE_S = 2.0  # how long output may stay open after the command exited (Docker's own grace)
 _KILL_AFTER_S = 2.0  # a timed-out command's TERM is followed by KILL this much later (exec.sh's `timeout -k 2`)
 _COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"), "oom_kill"), \
@@ -566,15 +566,26 @@ class _Capped:
 
 
 def _user_ids(spec):
-    """``uid:gid`` -> (uid, gid, groups): the groups Docker's exec gives that user."""
+    """A user as `docker exec --user` takes it ("uid:gid", "uid", "name", "name:group") ->
+    (uid, gid, groups, home): the groups and home Docker's exec gives that user (a uid with no
+    passwd entry: gid 0 unless given, no other group, home /)."""
+    import grp
     import pwd
 
-    uid, gid = (int(x) for x in spec.split(":"))
+    user, _, group = str(spec).partition(":")
     try:
-        groups = os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
     except KeyError:
-        groups = [gid]
-    return uid, gid, groups
+        if not user.isdigit():
+            raise ValueError(f"no user {user!r} in this sandbox's /etc/passwd") from None
+        entry = None
+    uid = int(user) if user.isdigit() else entry.pw_uid
+    if group:
+        gid = int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+    else:
+        gid = entry.pw_gid if entry is not None else 0
+    groups = os.getgrouplist(entry.pw_name, gid) if entry is not None else [gid]
+    return uid, gid, groups, entry.pw_dir if entry is not None else "/"
 
 
 def _oom_score_adj(value):
@@ -606,14 +617,17 @@ def run(req, base_env, outlived):
     With ``wrap`` (seconds), the command is what exec.sh would run, without exec.sh's two extra
     processes: ``bash -c argv[0]`` with no stdin, TERM to its process group at ``wrap`` and KILL
     2 s later (exit 124, or 137 when KILL was needed, as `timeout -k 2` gives), and the reply's
-    ``status`` holds [exit code, new OOM kills, new pids-limit hits] (exit code None: the
-    command was still running at the deadline)."""
+    ``status`` holds [exit code, new OOM kills, new pids-limit hits, seconds from the start to
+    the exit, CPU-seconds of the processes reaped meanwhile] (exit code and seconds None: the
+    command was still running at the deadline). The last two are the command's own time, as
+    measured inside the sandbox: `envkit bench episode` subtracts them from an episode's wall time."""
     import base64
+    import resource
     import selectors
     import signal
     import subprocess
 
-    uid, gid, groups = _user_ids(req["user"])
+    uid, gid, groups, home = _user_ids(req["user"])
     wrap = req.get("wrap")
     argv = ["/bin/bash", "-c", req["argv"][0]] if wrap is not None else req["argv"]
     stdin = base64.b64decode(req["stdin"]) if req.get("stdin") is not None and wrap is None else None
@@ -622,8 +636,11 @@ def run(req, base_env, outlived):
     term_at = start + float(wrap) if wrap is not None else None
     kill_at = None
     before = _counters() if wrap is not None else None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = usage.ru_utime + usage.ru_stime
     try:
-        proc = _spawn(argv, uid, gid, groups, cwd=req.get("workdir") or "/", env={**base_env, **req.get("env", {})},
+        env = {**base_env, **({"HOME": home} if req.get("home") == "passwd" else {}), **req.get("env", {})}
+        proc = _spawn(argv, uid, gid, groups, cwd=req.get("workdir") or "/", env=env,
                       stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     except (OSError, subprocess.SubprocessError) as e:
@@ -702,7 +719,10 @@ def run(req, base_env, outlived):
             if termed:  # the command timed out
                 rc = 137 if killed else 124
         after = _counters()
-        reply["status"] = [rc, after[0] - before[0], after[1] - before[1]]
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        reply["status"] = [rc, after[0] - before[0], after[1] - before[1],
+                           None if exited_at is None else round(exited_at - start, 6),
+                           round(usage.ru_utime + usage.ru_stime - cpu_before, 6)]
     return reply
 
 
@@ -711,7 +731,7 @@ def write_as(user, path, mode, data):
     permissions decide where it may write."""
     import base64
 
-    uid, gid, groups = _user_ids(user)
+    uid, gid, groups, _home = _user_ids(user)
     payload = base64.b64decode(data)
     r, w = os.pipe()
     pid = os.fork()
@@ -735,6 +755,22 @@ def write_as(user, path, mode, data):
     return json.loads(b"".join(chunks) or b'{"error": "write_failed", "message": "the writer died"}')
 
 
+def put_tree(dest, entries):
+    """As root: write ``entries`` ([relative path, octal mode, base64 data, or None for a
+    folder]) under ``dest``, owned by root: folders made as needed (0755) and given their mode,
+    files replaced atomically (a container environment's tests/ and solution/ copied in)."""
+    import base64
+
+    for rel, mode, data in entries:
+        path = os.path.join(dest, rel)
+        if data is None:
+            os.makedirs(path, exist_ok=True)
+            os.chmod(path, int(mode, 8))
+        else:
+            write(path, mode, base64.b64decode(data))
+    return {"written": len(entries)}
+
+
 def release(outlived):
     """Close the output pipes of commands whose processes outlived their reply (after a kill
     or reset, or when too many are held) and reap what has exited."""
@@ -750,8 +786,11 @@ def release(outlived):
 def serve():
     """The sandbox's command channel: JSON-line requests on stdin, one JSON line each on
     stdout, so a command costs one round trip instead of one `docker exec` (~55 ms, and host
-    CPU in dockerd, containerd, a shim and runc). As root (the runtime's channel, opened with
-    one exec per sandbox): commands of any user (`run`, each in a child that becomes the user,
+    CPU in dockerd, containerd, a shim and runc). As root (the runtime's channel: the
+    container's main process, under tini, its stdin and stdout attached by the host before the
+    container starts, so no exec opens it and its start-up overlaps the engine's; replies carry
+    the request's ``id``, so a host that attaches again never takes an earlier command's late
+    reply for its own): commands of any user (`run`, each in a child that becomes the user,
     as `docker exec --user` would), resets, hashes, kills and file writes. As the service
     user: the service's reset and hash. Nothing in the sandbox can reach it: its pipes and
     signals belong to root (or to the service user), and no other user holds a capability."""
@@ -766,10 +805,12 @@ def serve():
         "hash": lambda req: state(),
         "kill": lambda req: (kill_users(tuple(req["uids"])), {})[1],
         "write": lambda req: write_as(req["user"], req["args"][0], req["args"][1], req.get("stdin") or ""),
+        "put": lambda req: put_tree(req["dest"], req["entries"]),
         "service-reset": lambda req: service_reset(int(req["args"][0])),
         "service-hash": lambda req: {"state_hash": db_hash()},
     }
     for line in sys.stdin:
+        req = None
         try:
             req = json.loads(line)
             out = commands[req["cmd"]](req)
@@ -777,6 +818,8 @@ def serve():
                 release(outlived)
         except Exception as e:  # noqa: BLE001 - reported to the host, which raises it as an infra failure
             out = {"error": "helper_failed", "message": f"{type(e).__name__}: {e}"}
+        if isinstance(req, dict) and "id" in req:  # the host pairs replies with requests by it
+            out["id"] = req["id"]
         sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
         sys.stdout.flush()
     return 0

@@ -1,9 +1,18 @@
 #!/bin/sh
-# envkit (container environments): killall.sh KEEP_PID
-# Kills every process in the sandbox but PID 1 (the init), KEEP_PID (the container's
-# `sleep infinity`) and itself. Shell builtins only (kill, read, case), so it works in any
-# image with /bin/sh and when the pids limit leaves little room to fork.
-keep=$1
+# envkit (container environments): killall.sh [PATH...]
+# Kills every process in the sandbox but PID 1 (the init), the init's first child (the
+# container's `sleep infinity`: children are listed in the order they came, so orphans the
+# init adopted come after it) and itself; then removes each PATH (the verifier's folders, so
+# nothing the agent left there is taken for the verifier's). The kill uses shell builtins only
+# (kill, read, case), so it works in any image with /bin/sh and when the pids limit leaves
+# little room to fork. Prints {"killed": true, "removed": true|false}.
+keep=
+tries=0
+while [ -z "$keep" ] && [ $tries -lt 1000 ]; do  # the init may not have forked it yet
+  tries=$((tries + 1))
+  read -r keep _ < /proc/1/task/1/children 2>/dev/null
+done
+[ -n "$keep" ] || keep=1
 self=$$
 round=0
 while [ $round -lt 5 ]; do
@@ -16,4 +25,11 @@ while [ $round -lt 5 ]; do
   done
   [ $found = 0 ] && break
 done
-echo '{"killed": true}'
+removed=true
+if [ $# -gt 0 ]; then
+  rm -rf -- "$@" 2>/dev/null
+  for p in "$@"; do
+    if [ -e "$p" ] || [ -L "$p" ]; then removed=false; fi
+  done
+fi
+echo "{\"killed\": true, \"removed\": $removed}"
