@@ -1,4 +1,4 @@
-"""A Gymnasium-shaped Python API: ``envkit.make(ref)`` and ``envkit.check_env(env)``.
+"""The Python API: ``envkit.make(ref)``, a :class:`gymnasium.Env`, and ``envkit.check_env(env)``.
 
     import envkit
 
@@ -8,10 +8,19 @@
     obs, reward, terminated, truncated, info = env.step({"tool": "answer", "text": "done"})
     env.close()
 
-Actions: a string is a bash command (where the environment offers bash); a dict names a tool
-and its arguments, ``{"tool": "http", "method": "GET", "path": "/api/orders"}`` (or the
-runner's own form ``{"name": ..., "arguments": {...}}``); ``{"tool": "answer", "text": ...}``
-and ``{"tool": "submit"}`` end the episode. Observations are text, as an agent sees them.
+It is a real Gymnasium environment (``gymnasium.utils.env_checker.check_env`` passes on every
+bundled one): text observations and text actions (:class:`TextSpace`: any string up to a
+length; samples are short alphanumeric strings), ``reset(seed=, options=)`` seeding
+``np_random`` (a reset without a seed draws the episode's seed from it), ``metadata`` without
+render modes. ``env.tool_schemas`` lists the environment's tools as OpenAI-style function
+schemas (:func:`envkit.tools.tool_schemas`), for prompting a model with them.
+
+Actions: a string is a tool call written as JSON (``{"name": ..., "arguments": {...}}`` or
+``{"tool": ..., ...}``) when it parses as one, else a bash command where the environment
+offers bash, else the final answer; a dict names a tool and its arguments,
+``{"tool": "http", "method": "GET", "path": "/api/orders"}`` (or the runner's own form
+``{"name": ..., "arguments": {...}}``); ``{"tool": "answer", "text": ...}`` and
+``{"tool": "submit"}`` end the episode. Observations are text, as an agent sees them.
 The reward is 0.0 until the episode ends, then the verifier's score. ``terminated``: the agent
 ended it (answer, submit) or a model failure made going on impossible; ``truncated``: the
 turn limit (``max_turns``, default the spec's) or the episode's time limit. ``info`` carries the
@@ -25,15 +34,40 @@ first ``reset`` and reused by later resets (a reset restores the seeded state ex
 
 from __future__ import annotations
 
-import random
-from typing import Any
+import json
+import string
+from typing import Any, Literal
+
+import gymnasium
 
 from envkit.errors import EnvkitError, InfraFailure, ModelFailure, UserError
-from envkit.runtime import TOOL_ARGUMENTS, EnvRuntime, Episode
+from envkit.runtime import MAX_COMMAND_BYTES, TOOL_ARGUMENTS, EnvRuntime, Episode
+from envkit.tools import tool_schemas
 
-__all__ = ["EnvCheckError", "EnvkitEnv", "InvalidAction", "ResetNeeded", "check_env", "make"]
+__all__ = ["EnvCheckError", "EnvkitEnv", "InvalidAction", "ResetNeeded", "TextSpace", "check_env", "make"]
 
 _TIME_LIMITS = ("episode_timeout",)
+_MAX_TEXT = 1 << 20  # characters of one observation or action
+
+
+class TextSpace(gymnasium.spaces.Text):
+    """Text of any characters, up to ``max_length``: an agent's observations (a command's
+    output, a page) and actions are arbitrary text, so membership does not restrict the
+    character set (Gymnasium's Text does, to its ``charset``); samples are drawn from
+    ``charset`` (letters, digits, space), as Gymnasium's are."""
+
+    def __init__(self, max_length: int = _MAX_TEXT, *, min_length: int = 1, seed: int | None = None) -> None:
+        super().__init__(max_length, min_length=min_length, charset=string.ascii_letters + string.digits + " ", seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """A short random string (at most 32 characters) unless ``mask`` or ``probability`` says
+        otherwise: a megabyte of random text is no useful action."""
+        if mask is None and probability is None:
+            mask = (int(self.np_random.integers(self.min_length, min(self.max_length, 32) + 1)), None)
+        return str(super().sample(mask=mask, probability=probability))
 
 
 class InvalidAction(UserError):
@@ -48,10 +82,14 @@ class EnvCheckError(EnvkitError):
     """``check_env`` found the environment breaking the API's contract."""
 
 
-class EnvkitEnv:
+class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
     """One environment, one sandbox at a time (see the module's docstring)."""
 
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - Gymnasium's class attribute
+
     def __init__(self, runtime: EnvRuntime, *, task: str | None = None, max_turns: int | None = None) -> None:
+        self.observation_space = TextSpace(min_length=0)
+        self.action_space = TextSpace(MAX_COMMAND_BYTES)
         self.runtime = runtime
         self.task = task
         spec = runtime.env.spec
@@ -68,6 +106,11 @@ class EnvkitEnv:
         return self.runtime.env.ref
 
     @property
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The environment's tools as OpenAI-style function schemas (``submit`` is this API's own)."""
+        return tool_schemas(list(self.runtime.env.spec.tools.enabled))
+
+    @property
     def sandbox_id(self) -> str | None:
         """The ID of the sandbox this environment holds (None before the first reset)."""
         return getattr(self._sandbox, "id", None) if self._sandbox is not None else None
@@ -81,12 +124,14 @@ class EnvkitEnv:
     # -- the Gymnasium calls ---------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Start an episode: ``options={"task": ID}`` picks the task (else the one given to
-        ``make``, else task ``seed mod n``); ``seed=None`` draws one."""
+        ``make``, else task ``seed mod n``); ``seed=None`` draws one from ``np_random`` (seeded
+        by the last seed given, as in Gymnasium)."""
         options = options or {}
-        if seed is None:
-            seed = random.SystemRandom().randrange(2**31)
-        if not isinstance(seed, int) or seed < 0:
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
             raise UserError(f"seed must be a non-negative integer, not {seed!r}", "pass seed=0, 1, 2, …")
+        super().reset(seed=seed)
+        if seed is None:
+            seed = int(self.np_random.integers(2**31))
         task_id = options.get("task", self.task)
         tasks = self.runtime.env.tasks
         task = self._task(task_id) if task_id is not None else tasks[seed % len(tasks)]
@@ -135,16 +180,23 @@ class EnvkitEnv:
     def __enter__(self) -> EnvkitEnv:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
+        return False  # exceptions propagate
 
     # -- internals ---------------------------------------------------------------------------
     def _parse(self, action: Any) -> tuple[str, dict[str, Any]]:
         if isinstance(action, str):
-            if "bash" not in self.tools:
-                raise InvalidAction(f"a string action is a bash command, and {self.ref} offers no bash tool",
-                                    f"pass a dict naming one of: {', '.join(self.tools)}")
-            return "bash", {"command": action}
+            if action.lstrip().startswith("{"):
+                try:
+                    parsed = json.loads(action)
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, dict) and ("tool" in parsed or "name" in parsed):
+                    return self._parse(parsed)
+            if "bash" in self.tools:
+                return "bash", {"command": action}
+            return "answer", {"text": action}
         if not isinstance(action, dict):
             raise InvalidAction(f"an action is a string or a dict, not {type(action).__name__}",
                                 'e.g. "ls" or {"tool": "answer", "text": "..."}')

@@ -35,7 +35,10 @@ from envkit.sandbox import AGENT, ExecResult, ResetResult, Sandbox, SandboxLimit
 from envkit.spec import LoadedEnvironment, Task
 from envkit.tools import TOOL_ARGUMENTS
 
-__all__ = ["TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+__all__ = ["MAX_COMMAND_BYTES", "TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+
+# The longest command an agent may send (bytes): one argument of an exec is at most 128 KiB on Linux.
+MAX_COMMAND_BYTES = 100_000
 
 
 class EnvRuntime:
@@ -145,6 +148,10 @@ class Episode:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
         timeout = min(self.spec.limits.command_timeout_s, left)
+        if len(command.encode(errors="replace")) > MAX_COMMAND_BYTES:  # it could not start: the model's doing, never infra
+            self.model_failure = ModelFailure("command_too_long", f"the command is {len(command.encode(errors='replace'))} "
+                                              f"bytes; a command may be at most {MAX_COMMAND_BYTES}")
+            raise self.model_failure
         try:
             result = self.sandbox.exec(command, timeout_s=timeout, user=AGENT)
         except ModelFailure as failure:  # e.g. no process can start: the agent filled the pids limit

@@ -63,6 +63,8 @@ class EnvkitObservation(Observation):
 
 class EnvkitState(State):
     env: str = ""
+    tool_schemas: list[dict[str, Any]] = Field(default_factory=list, description="the environment's tools as OpenAI-style "
+                                               "function schemas (for prompting a model with them)")
     task_id: str | None = None
     seed: int | None = None
     state_hash: str | None = None
@@ -78,7 +80,7 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
     def __init__(self, runtime: EnvRuntime, *, task: str | None = None, max_turns: int | None = None) -> None:
         super().__init__()
         self.env = EnvkitEnv(runtime, task=task, max_turns=max_turns)
-        self._state = EnvkitState(env=runtime.env.ref)
+        self._state = EnvkitState(env=runtime.env.ref, tool_schemas=self.env.tool_schemas)
         self._lock = threading.Lock()
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> EnvkitObservation:
@@ -87,7 +89,7 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
             text, info = self.env.reset(seed=seed, options=options)
             self._state = EnvkitState(env=self.env.ref, episode_id=episode_id, step_count=0, task_id=info["task_id"],
                                       seed=info["seed"], state_hash=info["state_hash"],
-                                      sandbox=self.env.sandbox_id, running=True)
+                                      sandbox=self.env.sandbox_id, running=True, tool_schemas=self.env.tool_schemas)
             return EnvkitObservation(text=text, task_id=info["task_id"], seed=info["seed"], tools=info["tools"],
                                      done=False, reward=0.0, metadata=info)
 

@@ -160,6 +160,18 @@ class Publish:
 
 
 @dataclass
+class Throughput:
+    """``throughput``: what the step produced over its whole time (collection, training and
+    publication: from the end of the previous step to the end of this one), beside its TTB."""
+
+    step_s: float | None = None
+    generated_tokens: int | None = None  # by the model, in every episode of the step (refused batches' too)
+    generated_tokens_per_s: float | None = None
+    trajectories: int | None = None
+    trajectories_per_s: float | None = None
+
+
+@dataclass
 class StepRecord:
     """One line of ``metrics.jsonl``: one optimizer step."""
 
@@ -182,6 +194,7 @@ class StepRecord:
     mismatch_batch: Divergence = field(default_factory=Divergence)
     train: TrainStats = field(default_factory=TrainStats)
     publish: Publish = field(default_factory=Publish)
+    throughput: Throughput = field(default_factory=Throughput)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -1,7 +1,8 @@
 """`envkit report RUN_DIR`: PNG plots and a summary table from a run's ``metrics.jsonl``.
 
 Plots (``RUN_DIR/plots``): reward.png (mean reward per step, the final evaluation with its 95%
-interval), ttb.png (time to trainable batch, train and publication time per step), batch.png
+interval), ttb.png (time to trainable batch, train and publication time per step; generated tokens/s and
+trajectories/s over each step), batch.png
 (straggler wait share, idle episode slots, inference idle share and sandbox utilisation while
 the trainer waited for each batch),
 staleness_kl.png (per-sample k3 KL p50/p90/max and the mean version lag), mismatch_kl.png
@@ -53,6 +54,8 @@ def summarize_run(metrics: list[StepRecord], ev: dict[str, Any] | None) -> dict[
         "reward_first": rewards[0] if rewards else None, "reward_last": rewards[-1] if rewards else None,
         "reward_last5_mean": mean_or_none(rewards[-5:]),
         "ttb_s_p50": percentile(ttb, 50) if ttb else None, "ttb_s_p90": percentile(ttb, 90) if ttb else None,
+        "generated_tokens_per_s_mean": _mean_of([m.throughput.generated_tokens_per_s for m in metrics]),
+        "trajectories_per_s_mean": _mean_of([m.throughput.trajectories_per_s for m in metrics]),
         "publish_s_p50": percentile(pub, 50) if pub else None, "publish_s_max": max(pub) if pub else None,
         "staleness_kl_p50_range": _range([m.staleness.kl.p50 for m in metrics]),
         "staleness_kl_max_range": kl_max,
@@ -122,12 +125,24 @@ def write_report(run_dir: Path) -> dict[str, Any]:
     ax.set(xlabel="step", ylabel="reward", title="Reward", ylim=(-0.02, 1.02))
     _save(fig, ax, out / "reward.png", loc="lower right")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, (ax, tp) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
     ax.plot(steps, nan([m.ttb_s for m in metrics]), marker="o", ms=3, label="time to trainable batch")
     ax.plot(steps, nan([m.train.train_s for m in metrics]), marker="o", ms=3, label="train step")
     ax.plot(steps, nan([m.publish.total_s for m in metrics]), marker="o", ms=3, label="weight publication")
-    ax.set(xlabel="step", ylabel="seconds", title="Time per step", yscale="log")
-    _save(fig, ax, out / "ttb.png")
+    ax.set(ylabel="seconds", title="Time per step, and throughput over each step", yscale="log")
+    ax.legend(loc="best")
+    tp.plot(steps, nan([m.throughput.generated_tokens_per_s for m in metrics]), marker="o", ms=3, color="C3",
+            label="generated tokens/s")
+    tp.set(xlabel="step", ylabel="tokens/s")
+    tr = tp.twinx()
+    tr.plot(steps, nan([m.throughput.trajectories_per_s for m in metrics]), marker="s", ms=3, color="C4",
+            label="trajectories/s")
+    tr.set(ylabel="trajectories/s")
+    handles = tp.get_legend_handles_labels()[0] + tr.get_legend_handles_labels()[0]
+    tp.legend(handles, [str(h.get_label()) for h in handles], loc="best")
+    fig.tight_layout()
+    fig.savefig(out / "ttb.png", dpi=100)
+    plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     batches = [m.batch for m in metrics]

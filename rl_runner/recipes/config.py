@@ -83,6 +83,8 @@ class Recipe(_Strict):
     retries: int = Field(default=2, ge=0, le=10)
     seed: int = 0
     dtype: Literal["float32", "bfloat16"] = "float32"  # trainer and vLLM alike
+    # how the model writes tool calls (rl_runner.rollout.chat): auto picks by its chat template
+    tool_format: Literal["auto", "envkit", "hermes", "llama3_json"] = "auto"
     policy_url: str | list[str] | None = None  # running vLLM server(s) (started with envkit's flags) instead of starting them
     replicas: int = Field(default=1, ge=1, le=16)  # vLLM servers started for the run (generation routed over all)
     # cores for the run's vLLM replicas and for its sandboxes: INFERENCE/SANDBOXES ("0/1"), auto, none (rl_runner.partition)

@@ -57,6 +57,7 @@ from rl_runner.metrics import (
     Reward,
     Staleness,
     StepRecord,
+    Throughput,
     TrainStats,
     TrajectoryTimes,
     distribution,
@@ -68,7 +69,8 @@ from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import PublishResult, WeightPublisher
 from rl_runner.recipes.config import Recipe
-from rl_runner.rollout.loop import load_tokenizer
+from rl_runner.rollout.chat import ChatFormat
+from rl_runner.rollout.loop import load_chat_format
 from rl_runner.rollout.runner import EpisodeSpec, run_agent
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
@@ -120,7 +122,7 @@ def _pool_size(recipe: Recipe) -> int:
     return recipe.batch.pool_size or share + max(1, math.ceil(share / 4))
 
 
-def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], router: Router, tokenizer: Any,
+def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], router: Router, fmt: ChatFormat,
                    policy_ready: Callable[[], bool] | None, cleanup: contextlib.ExitStack,
                    say: Callable[[str], None]) -> list[Target]:
     """Each environment's rollouts, chosen once here: this machine's (``backend: local``) or a
@@ -138,8 +140,8 @@ def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], 
             address = cluster.address
         placement = RayPlacement(address, workers=recipe.ray.workers or None, episodes_per_worker=recipe.concurrency)
     supply = ("fresh", 0) if recipe.batch.policy == "naive" else ("pool", _pool_size(recipe))
-    # what episodes find in ctx.extra: this process's tokenizer, or one each Ray worker loads
-    setup = (lambda: tokenizer) if placement is None else functools.partial(load_tokenizer, str(recipe.model))
+    # what episodes find in ctx.extra: this process's chat format, or one each Ray worker loads
+    setup = (lambda: fmt) if placement is None else functools.partial(load_chat_format, str(recipe.model), fmt.name)
     out: list[Target] = []
     for runtime, tasks in loaded:
         rollouts = open_rollouts(runtime, router, ray=placement, setup=setup, max_retries=recipe.retries,
@@ -307,14 +309,21 @@ class Refused:
                                outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=kl_max)
 
 
-def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, trajs: list[Trajectory],
+def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, step_s: float, trajs: list[Trajectory],
                 usable: list[Trajectory], env_refs: list[str], batch: BatchStats, trainable: int, refused: Refused,
                 div: list[dict[str, float]], lags: list[int], admitted: list[bool], mismatch: Mismatch,
                 train: dict[str, Any], publish: PublishResult) -> StepRecord:
     """The step's line of metrics.jsonl: ``trajs`` the batch's episodes, ``usable`` the ones
-    with samples (``div``, ``lags`` and ``admitted`` are per usable sample)."""
+    with samples (``div``, ``lags`` and ``admitted`` are per usable sample); ``step_s`` the
+    step's whole time, for its throughput."""
     def mean_reward(of: list[Trajectory]) -> float | None:
         return mean_or_none([float(tr.reward) for tr in of])  # type: ignore[arg-type]
+
+    produced = refused.trajectories + trajs
+    tokens = sum(tr.generated_tokens for tr in produced)
+    throughput = Throughput(step_s=round(step_s, 3), generated_tokens=tokens, trajectories=len(produced),
+                            generated_tokens_per_s=round(tokens / step_s, 2) if step_s > 0 else None,
+                            trajectories_per_s=round(len(produced) / step_s, 4) if step_s > 0 else None)
 
     return StepRecord(
         step=step, version=version, mode=recipe.mode, wall_s=round(wall_s, 3), ttb_s=round(ttb_s, 4), episodes=len(trajs),
@@ -326,7 +335,8 @@ def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s
         staleness=Staleness(kl=distribution([d["kl"] for d in div]), lag={str(k): v for k, v in sorted(Counter(lags).items())},
                             admitted=sum(admitted), rejected=len(admitted) - sum(admitted) + refused.samples,
                             kl_max=recipe.async_.kl_max if recipe.mode == "async" else None),
-        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), publish=Publish(**publish.to_dict()))
+        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), publish=Publish(**publish.to_dict()),
+        throughput=throughput)
 
 
 # -- the loop --------------------------------------------------------------------------------
@@ -344,12 +354,14 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
 
     cpu = not has_cuda()
     _check_model(recipe, cpu)
+    tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
+    fmt = ChatFormat(tokenizer, recipe.tool_format, model=str(recipe.model))  # a bad template or format: exit 2 now
+    say(f"chat format: {recipe.model}'s template, tool calls as {fmt.name}")
     assembly_policy(recipe)  # a bad batch setting fails before anything starts
     cores = _partition(recipe, cpu)
     (run_dir / "cores.json").write_text(json.dumps(cores.to_dict(), indent=2) + "\n")
     say(cores.describe())
     loaded = _load_envs(recipe, cores, say)
-    tokenizer: Any = AutoTokenizer.from_pretrained(recipe.model)
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
                                                   is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
@@ -372,10 +384,10 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
         ready = (lambda: all(s.settled() for s in servers)) if servers else None
         if recipe.backend == "ray":  # a cluster's start-up would only compete with vLLM's
             _start(servers, say)
-        envs = _open_rollouts(recipe, loaded, router, tokenizer, ready, cleanup, say)
+        envs = _open_rollouts(recipe, loaded, router, fmt, ready, cleanup, say)
         if recipe.backend != "ray":  # this machine's warm pools fill while vLLM starts
             _start(servers, say)
-        return _loop(_Run(recipe, run_dir, envs, trainer, tokenizer, policy, router, publisher, metrics), on_step, say)
+        return _loop(_Run(recipe, run_dir, envs, trainer, fmt, policy, router, publisher, metrics), on_step, say)
 
 
 def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
@@ -419,7 +431,7 @@ class _Run:
     run_dir: Path
     envs: list[Target]
     trainer: Trainer
-    tokenizer: Any
+    fmt: ChatFormat  # the model's chat template and tool-call format
     policy: PolicyClient  # the mismatch probe's replica
     router: Router  # every replica, for generation
     publisher: WeightPublisher
@@ -427,11 +439,10 @@ class _Run:
 
 
 def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable[[str], None]) -> TrainRun:
-    recipe, run_dir, envs, trainer, tokenizer = run.recipe, run.run_dir, run.envs, run.trainer, run.tokenizer
+    recipe, run_dir, envs, trainer, fmt = run.recipe, run.run_dir, run.envs, run.trainer, run.fmt
     policy, router, publisher, metrics = run.policy, run.router, run.publisher, run.metrics
     s = recipe.sampling
-    end_id = int(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=(end_id,))
+    sampling = SamplingParams(max_tokens=s.max_tokens, temperature=s.temperature, stop_token_ids=fmt.stop_ids)
     version = trainer.step
     stamp = time.strftime('%Y%m%d-%H%M%S')
     if recipe.resume is not None:  # vLLM serves the checkpoint's weights, from a folder of their own
@@ -445,7 +456,7 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
         rollouts, spec = _group(envs, recipe, g)
         return run_agent(rollouts, spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
 
-    ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=(end_id,))
+    ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=fmt.stop_ids)
 
     def run_eval(name: str) -> dict[str, Any]:
         say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
@@ -504,6 +515,7 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
 
             # record
             record = step_record(step=step, version=version, recipe=recipe, wall_s=time.monotonic() - t_run, ttb_s=ttb,
+                                 step_s=time.monotonic() - t0,
                                  trajs=trajs, usable=usable, env_refs=[r.runtime.env.ref for r, _ in envs],
                                  batch=_batch_stats(got, router, envs), trainable=len(batch), refused=refused, div=div,
                                  lags=lags, admitted=admitted, mismatch=mismatch, train=stats, publish=pub)

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Any
 
 from envkit.errors import FailureCategory, InfraFailure, ModelFailure, format_outcome
 from envkit.runtime import Episode
 from rl_runner.distributed.context import EpisodeContext
 from rl_runner.policy.client import SamplingParams
-from rl_runner.rollout.actions import ToolCall, UnparseableAction, parse_action, system_prompt
+from rl_runner.rollout.chat import ChatFormat, ToolCall, UnparseableAction
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_tokenizer", "mark_aborted"]
+__all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_chat_format", "mark_aborted"]
 
 ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")  # the batch assembler cancelled the episode; not a model or infra outcome
 
@@ -30,16 +29,19 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
     """One episode of the model-driven agent (an episode function of the rollout seam,
     :mod:`rl_runner.distributed.rollouts`): the sandbox comes from ``ctx.sandboxes`` (a
     reusing pool gets it back after a clean episode, see :mod:`rl_runner.rollout.reuse`), the
-    tokenizer is ``ctx.extra`` (a Ray worker's ``setup`` loaded it), every turn is routed to
-    one vLLM replica by ``ctx.session`` (:mod:`rl_runner.policy.router`). ``ctx.cancel`` (set
+    chat format is ``ctx.extra`` (a Ray worker's ``setup`` loaded it), every turn is routed to
+    one vLLM replica by ``ctx.session`` (:mod:`rl_runner.policy.router`); prompts, tool calls
+    and observations are in the model's own chat format (``ctx.extra``, a
+    :class:`rl_runner.rollout.chat.ChatFormat`: the tokens appended after each reply are the
+    template's tool message). ``ctx.cancel`` (set
     by the batch assembler for an aborted straggler) ends the episode at its next turn
     boundary, unverified and excluded."""
-    runtime, policy, tokenizer, sandboxes, cancel, session = (ctx.runtime, ctx.policy, ctx.extra, ctx.sandboxes,
-                                                              ctx.cancel, ctx.session)
+    runtime, policy, sandboxes, cancel, session = ctx.runtime, ctx.policy, ctx.sandboxes, ctx.cancel, ctx.session
+    fmt: ChatFormat = ctx.extra
     task = runtime.env.task(task_id)
     spec = runtime.env.spec
     limits = spec.limits
-    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    enabled: list[str] = list(spec.tools.enabled)
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     sandbox = sandboxes.acquire()
@@ -51,10 +53,8 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
                       group_id=group_id)
     try:
         episode.reset()
-        messages = [{"role": "system", "content": system_prompt(list(spec.tools.enabled))},
-                    {"role": "user", "content": task.instruction}]
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        traj.prompt_token_ids = list(tokenizer.encode(rendered, add_special_tokens=False))
+        conversation = fmt.start(task.instruction, enabled)
+        traj.prompt_token_ids = list(conversation.prompt_ids)
         context = list(traj.prompt_token_ids)
         failure: ModelFailure | None = None
         generation_s = 0.0
@@ -72,14 +72,14 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
                 break
             g0 = time.monotonic()
             gen = policy.generate(context, replace(sampling, max_tokens=min(sampling.max_tokens, budget),
-                                                   stop_token_ids=(end_id,), seed=None if sampling.seed is None
+                                                   stop_token_ids=fmt.stop_ids, seed=None if sampling.seed is None
                                                    else sampling.seed + 1000 * seed + turn), session=session)
             generation_s += time.monotonic() - g0
             traj.turns = turn + 1
             _append(traj, context, gen.token_ids, gen.logprobs, gen.weight_versions, model=True)
-            text = tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            text = fmt.reply_text(list(gen.token_ids))
             try:
-                call = parse_action(text, list(spec.tools.enabled))
+                call = fmt.parse(text, enabled)
             except UnparseableAction as e:
                 failure = ModelFailure("unparseable_action", str(e), text=text[:500])
                 break
@@ -95,9 +95,7 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
             if episode.model_failure is not None:
                 failure = episode.model_failure
                 break
-            closing = "" if gen.token_ids and gen.token_ids[-1] == end_id else "<|im_end|>"
-            obs_ids = tokenizer.encode(f"{closing}\n<|im_start|>tool\n{observation}<|im_end|>\n<|im_start|>assistant\n",
-                                       add_special_tokens=False)
+            obs_ids = conversation.observe(list(gen.token_ids), observation)
             _append(traj, context, obs_ids, [0.0] * len(obs_ids), [""] * len(obs_ids), model=False)
         else:
             failure = ModelFailure("turn_limit", f"the model used all {limits.max_turns} turns")
@@ -135,8 +133,8 @@ def _append(traj: Trajectory, context: list[int], ids: list[int], logprobs: list
     traj.loss_mask.extend([1 if model else 0] * len(ids))
 
 
-def load_tokenizer(model: str) -> Any:
-    """A rollout worker's ``setup``: the model's tokenizer (the folder must be readable there)."""
+def load_chat_format(model: str, tool_format: str = "auto") -> ChatFormat:
+    """A rollout worker's ``setup``: the model's chat format (the folder must be readable there)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model)
+    return ChatFormat(AutoTokenizer.from_pretrained(model), tool_format, model=model)

@@ -1,5 +1,5 @@
-"""The Gymnasium-shaped Python API (envkit.make / envkit.check_env) on every bundled
-environment, with real sandboxes: the contract checks, and each environment's first task
+"""The Python API (envkit.make / envkit.check_env) on every bundled environment, with real
+sandboxes: Gymnasium's own checker, the contract checks, and each environment's first task
 solved by replaying its oracle through ``env.step`` (reward 1.0) and failed by a null answer."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import gymnasium
 import pytest
+from gymnasium.utils.env_checker import check_env as gymnasium_check_env
 
 import envkit
 from envkit.errors import UserError
@@ -26,8 +28,11 @@ def test_every_bundled_environment_is_listed():
 def test_check_env_passes_and_the_oracle_reaches_its_reward_through_step(name: str):
     env = envkit.make(str(ROOT / "environments" / name))
     try:
+        assert isinstance(env, gymnasium.Env)
+        gymnasium_check_env(env, skip_render_check=True)  # Gymnasium's own checker: spaces, seeding, determinism
         report = envkit.check_env(env)
         assert report["env"] == env.ref and len(report["passed"]) >= 8, report
+        assert [s["function"]["name"] for s in env.tool_schemas][-1] == "answer"
 
         task = env.runtime.env.tasks[0]
         obs, info = env.reset(seed=5, options={"task": task.id})
@@ -62,8 +67,11 @@ def test_make_by_ref_and_clear_refusals():
         with pytest.raises(ResetNeeded, match="reset"):
             env.step("ls")
         env.reset(seed=1)
-        with pytest.raises(InvalidAction, match="no bash tool"):
-            env.step("ls")  # shellcmd offers no bash: a string action is refused, nothing runs
+        _, reward, terminated, _, end = env.step("ls -la")  # shellcmd offers no bash: a string is the answer
+        assert terminated and end["verifier"]["reward"] == reward
+        env.reset(seed=1)
+        with pytest.raises(InvalidAction, match="string or a dict"):
+            env.step(12345)  # nothing runs
         with pytest.raises(InvalidAction, match="needs text"):
             env.step({"tool": "answer"})
         with pytest.raises(UserError, match="no task"):
@@ -72,3 +80,11 @@ def test_make_by_ref_and_clear_refusals():
             env.reset(seed=-1)
     with pytest.raises(UserError, match="doesn't exist|no environment"):
         envkit.make("envkit/no-such-env@1.0.0")
+
+
+def test_a_command_too_long_to_start_is_the_models_failure_not_infra():
+    with envkit.make(str(ROOT / "environments" / "pyfix")) as env:
+        env.reset(seed=0)
+        obs, reward, terminated, truncated, info = env.step("echo " + "x" * 200_000)  # past one exec argument's 128 KiB
+        assert (terminated, truncated, reward) == (True, False, 0.0) and info["outcome"] == "model_failure:command_too_long"
+        assert "at most 100000" in obs

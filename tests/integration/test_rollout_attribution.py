@@ -26,10 +26,9 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from rl_runner.policy.tiny import SPECIAL, TinySpec, _tokenizer
+    from rl_runner.policy.tiny import TinySpec, tokenizer_for
 
-    assert "<|im_end|>" in SPECIAL
-    return _tokenizer(TinySpec())
+    return tokenizer_for(TinySpec())  # ChatML
 
 
 def scripted_policy(tokenizer, turns: list[str] | None = None, *, always: str | None = None, status: int = 200):
@@ -68,7 +67,9 @@ FIX = "sed -i 's/ordered\\[mid\\] + ordered\\[mid + 1\\]/ordered[mid - 1] + orde
 
 def local(rt, policy, tokenizer, max_retries: int = 2) -> LocalRollouts:
     """The local backend of the rollout seam, over the scripted policy."""
-    return LocalRollouts(rt, Router([policy]), max_retries=max_retries, extra=tokenizer)
+    from rl_runner.rollout.chat import ChatFormat
+
+    return LocalRollouts(rt, Router([policy]), max_retries=max_retries, extra=ChatFormat(tokenizer))
 
 
 def run(rt, tokenizer, policy, task="fix-median", n=1, max_retries: int = 2) -> list[Trajectory]:

@@ -94,7 +94,8 @@ def test_concurrent_sessions_are_isolated_and_seeded_resets_agree(served, client
             seen = env.step({"tool": "bash", "command": "cat /tmp/mine"}).observation["text"]
             end = env.step({"tool": "submit"})
             return {"first": first.observation, "hash": state["state_hash"], "hash_again": again["state_hash"],
-                    "sandbox": state["sandbox"], "seen": seen, "done": end.done, "reward": end.reward}
+                    "sandbox": state["sandbox"], "seen": seen, "done": end.done, "reward": end.reward,
+                    "tools": [t["function"]["name"] for t in state["tool_schemas"]]}
 
     with ThreadPoolExecutor(3) as pool:
         runs = list(pool.map(episode, range(3)))
@@ -103,6 +104,7 @@ def test_concurrent_sessions_are_isolated_and_seeded_resets_agree(served, client
     firsts = {(r["first"]["text"], r["first"]["task_id"], r["hash"]) for r in runs}
     assert len(firsts) == 1 and all(r["hash"] == r["hash_again"] for r in runs)  # same seed, same start
     assert all(r["done"] and r["reward"] is not None for r in runs)
+    assert all(r["tools"] == ["bash", "answer"] for r in runs)  # the tools as function schemas, in the state
     for r in runs:
         assert gone(client, r["sandbox"], 15), "a closed session's sandbox is removed"
 

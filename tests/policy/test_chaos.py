@@ -29,6 +29,8 @@ RATES = {"kill_container": 0.08, "docker_api": 0.08, "verifier_crash": 0.08, "vl
 def test_chaos_attribution(server, tiny, tmp_path):
     from transformers import AutoTokenizer
 
+    from rl_runner.rollout.chat import ChatFormat
+
     env_dir = tmp_path / "pyfix"
     shutil.copytree(PYFIX, env_dir, ignore=shutil.ignore_patterns("envkit.lock"))
     spec = env_dir / "envkit.toml"
@@ -41,7 +43,7 @@ def test_chaos_attribution(server, tiny, tmp_path):
     real_policy = PolicyClient(server.url, timeout=120)
     policy = chaos.wrap_policy(real_policy, tokenizer)
     episodes = plan(runtime, 64, group_size=4)
-    rollouts = LocalRollouts(runtime, Router([policy]), max_retries=2, extra=tokenizer, policy_ready=server.healthy)
+    rollouts = LocalRollouts(runtime, Router([policy]), max_retries=2, extra=ChatFormat(tokenizer), policy_ready=server.healthy)
     trajs = collect(rollouts, episodes, sampling=SamplingParams(max_tokens=24), concurrency=4, on_attempt=chaos.begin)
     real_policy.close()
 

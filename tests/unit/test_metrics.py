@@ -18,6 +18,7 @@ from rl_runner.metrics import (
     EnvVersionFailures,
     Mismatch,
     StepRecord,
+    Throughput,
     TrajectoryTimes,
     read_metrics,
 )
@@ -65,9 +66,12 @@ def test_a_metrics_jsonl_written_before_the_typed_records_reads_back_typed(tmp_p
 def test_what_is_written_is_what_the_previous_version_wrote() -> None:
     lines = V0.read_text().splitlines()
     for line in lines[:3]:
-        assert json.dumps(StepRecord.from_dict(json.loads(line)).to_dict(), sort_keys=True) == line  # byte for byte
+        out = StepRecord.from_dict(json.loads(line)).to_dict()
+        assert out.pop("throughput") == asdict(Throughput())  # a field added since: empty for an older run
+        assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
     again = StepRecord.from_dict(old).to_dict()
+    again.pop("throughput")
     assert again["mismatch"] == {}
     old["failures"]["by_env_version"][ENV]["first_attempt_failures"] = None  # the one field it lacked, now written
     assert again == old
@@ -94,6 +98,7 @@ def test_report_and_doctor_find_the_numbers_they_found_before(tmp_path: Path) ->
     summary = summarize_run(read_metrics(run), None)
     assert summary == {
         "eval": None, "eval_before": None, "final_version": 4, "inference_idle_share_mean": 0.89545,
+        "generated_tokens_per_s_mean": None, "trajectories_per_s_mean": None,  # not measured before
         "infra_failure_rate": 0.0078125, "mismatch_kl_range": [2.9802322831784522e-09, 4.6566128730773926e-09],
         "mismatch_max_abs_range": [9.5367431640625e-07, 1.5497207641601562e-06], "mode": "async",
         "model_failure_rate": 0.0078125, "publish_s_max": 0.071, "publish_s_p50": 0.067, "rejected_stale": 148,
@@ -177,7 +182,9 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     admitted = admit(step["usable"], step["div"], step["recipe"])
     train = {"loss": 0.5, "grad_norm": 1.5, "model_tokens": 6, "train_s": 0.25, "is_weight_mean": 1.0, "is_raw_max": 1.1,
              "is_clipped_frac": 0.0}
-    record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, trajs=step["trajs"],
+    step["trajs"][0].loss_mask = [1, 1, 0, 1]  # 3 generated tokens, 1 observation token
+    step["trajs"][0].completion_token_ids = [5, 6, 7, 8]
+    record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, step_s=4.0, trajs=step["trajs"],
                          usable=step["usable"], env_refs=["ns/e@1.0.0"], batch=batch, trainable=2, refused=step["refused"],
                          div=step["div"], lags=step["lags"], admitted=admitted, mismatch=Mismatch(), train=train, publish=pub)
     d = record.to_dict()
@@ -193,6 +200,9 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     assert d["mismatch"] == {}  # no probe
     assert d["mismatch_batch"] == pytest.approx({"kl": 0.08 / 9, "max_abs": 0.3, "tokens": 9})
     assert d["train"] == train and d["publish"] == pub.to_dict() and d["batch"] == first_line["batch"]
+    # throughput over the step's 4 s: every episode of it, the refused batch's too
+    assert d["throughput"] == {"step_s": 4.0, "generated_tokens": 3, "generated_tokens_per_s": 0.75, "trajectories": 6,
+                               "trajectories_per_s": 1.5}
 
     def keys(node: Any, path: str = "") -> set[str]:  # dotted paths; data-keyed maps as `*`
         if not isinstance(node, dict):
@@ -200,7 +210,8 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
         return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}") for k, v in node.items()))
 
     d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))  # a step with a probe, as line 1
-    assert keys(d) == keys(first_line)
+    assert keys(d) - keys(first_line) == {f".throughput.{k}" for k in asdict(Throughput())}  # added since, nothing dropped
+    assert keys(first_line) <= keys(d)
 
 
 def test_the_assemblers_figures_are_the_batch_parts_fields() -> None:
