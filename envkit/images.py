@@ -10,6 +10,7 @@ Layout inside the image::
     /env/        the whole bundle, owned by the verifier user (uid 1001), mode 0700:
                  tasks, oracles and hidden tests are invisible to the agent (uid 1000)
     /seed/repo/  the repository's files (world-readable): reset copies them to /workspace
+    /seed/repo.json  {"seed_file": PATH} when each reset writes the seed into the workspace
     /seed/app/   the service's files; /seed/service.json how to run it; /seed/db/fixture.sql
     /opt/envkit/ the in-sandbox helpers (exec wrapper, reset/state-hash helper)
 """
@@ -98,6 +99,9 @@ def _layer(bundle: Bundle, spec: EnvSpec) -> bytes:
     state = spec.state
     if state.repo is not None:
         publish_folder(state.repo.path, "seed/repo")
+        if state.repo.seed_file is not None:
+            seeded = json.dumps({"seed_file": state.repo.seed_file}, sort_keys=True).encode()
+            put(BundleEntry("seed/repo.json", "file", 0o644, seeded), 0)
     if state.service is not None:
         publish_folder(state.service.path, "seed/app")
         conf = {"command": state.service.command, "port": state.service.port, "health": state.service.health,

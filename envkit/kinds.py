@@ -193,16 +193,20 @@ class ImageKind:
         return VerifyResult(reward=reward, details=details, duration_s=duration)
 
     def play_oracle(self, episode: Episode) -> None:
-        """A shell script run as the agent in the workspace, or (service environments) a JSON
-        list of tool actions replayed through the agent's own tools:
-        ``{"actions": [{"tool": "http", "method", "path", "body"}, {"tool": "answer", "text"}]}``."""
+        """A shell script run as the agent in the workspace, or a JSON list of tool actions
+        replayed through the agent's own tools:
+        ``{"actions": [{"tool": "http", "method", "path", "body"}, {"tool": "answer", "text"}]}``.
+        An argument written ``{"from_bash": COMMAND}`` is what COMMAND prints (stripped), run as
+        the agent first, in the trace like any step: an answer that depends on the seeded state."""
         path = episode.runtime.env.root / episode.task.oracle
         if path.suffix == ".json":
             for action in json.loads(path.read_text())["actions"]:
                 tool = action.get("tool")
                 if tool not in TOOL_ARGUMENTS:
                     raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
-                episode.act(str(tool), {k: v for k, v in action.items() if k != "tool"})
+                args = {k: episode.step(str(v["from_bash"])).stdout.strip() if isinstance(v, dict) and set(v) == {"from_bash"}
+                        else v for k, v in action.items() if k != "tool"}
+                episode.act(str(tool), args)
             return
         episode.sandbox.put_file(ORACLE_PATH, path.read_bytes(), mode=0o755)
         episode.step(f"bash {ORACLE_PATH}")

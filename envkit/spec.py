@@ -101,6 +101,10 @@ class ImageSection(_Strict):
 class RepoState(_Strict):
     path: EnvPath
     commit: str | None = None
+    # A file of the workspace that each reset writes the episode's seed into (before the commit):
+    # state that differs from seed to seed, the same for the same seed (e.g. a value the agent
+    # has to look up, derived from it by a script of the repository).
+    seed_file: EnvPath | None = None
 
     @field_validator("commit")
     @classmethod
@@ -243,6 +247,7 @@ _FIXES: dict[str, str] = {
     "tasks.file": 'give the task file\'s path relative to envkit.toml, e.g. file = "tasks.jsonl"',
     "container.path": "give the task's folder relative to envkit.toml, e.g. \"tasks/<id>\"",
     "state.repo.commit": "give the full 40-hex commit id that `envkit build` prints, or remove the line",
+    "state.repo.seed_file": 'name a file of the workspace, relative to it, e.g. seed_file = ".seed"',
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
     "limits.network": 'use network = "none" (default) or "bridge"',
@@ -390,6 +395,13 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
             elif (repo / ".git").exists():
                 problems.append(Problem("state.repo.path", f"`{spec.state.repo.path}` contains a .git folder",
                                         "ship the files only; envkit makes the commit itself, reproducibly, at reset"))
+            seed_file = spec.state.repo.seed_file
+            if seed_file is not None and spec.state.repo.commit is not None:
+                problems.append(Problem("state.repo.commit", "a seed file makes the commit differ from seed to seed",
+                                        "remove the pinned commit (the state hash still checks same seed, same state)"))
+            if seed_file is not None and (seed_file.split("/")[0] == ".git" or (repo / seed_file).is_dir()):
+                problems.append(Problem("state.repo.seed_file", f"`{seed_file}` cannot hold the seed",
+                                        "name a file of the workspace outside .git, e.g. seed_file = \".seed\""))
         elif spec.environment.kind == "repo":
             problems.append(Problem("state.repo", "a repo environment needs a repository",
                                     'add [state] repo = { path = "repo" }'))

@@ -141,6 +141,7 @@ class TrainStats:
     is_weight_mean: float | None = None
     is_raw_max: float | None = None
     is_clipped_frac: float | None = None
+    updated: bool | None = None  # False: every advantage was 0, the optimizer was not stepped
 
 
 @dataclass

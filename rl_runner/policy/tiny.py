@@ -17,9 +17,10 @@ model's own chat format, for one of two toy environments:
 * ``shellcmd``: the model learns to answer with one shell command from ``WARMUP_COMMANDS``,
   chosen without regard to the request (the generic requests carry no hint): RL has to teach
   it *which* one (``environments/shellcmd``).
-* ``lookup``: the model learns the two turns of ``environments/lookup``: call ``bash`` with
-  ``./codeword``, then answer with a code word; the word it answers is drawn at random, not
-  the one the observation shows: RL has to teach it to read the observation.
+* ``lookup``: the model learns the two turns of ``environments/lookup``: look up one of its
+  16 keys (``./lookup KEY``), chosen without regard to the task, then answer with what it
+  printed. So it starts near 1/16 and RL has to teach it *which* key holds the code word; the
+  word itself changes with every seed, so the answer has to come from the observation.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any
 
 from rl_runner.rollout.chat import CHATML_TEMPLATE, CHATML_TOKENS, HERMES_TEMPLATE, HERMES_TOKENS, ChatFormat
 
-__all__ = ["CODE_WORDS", "TEMPLATES", "WARMUPS", "WARMUP_COMMANDS", "TinySpec", "tokenizer_for", "warm_up", "write_tiny_model"]
+__all__ = ["CODE_WORDS", "LOOKUP_KEYS", "OTHER_WORDS", "TEMPLATES", "WARMUPS", "WARMUP_COMMANDS", "TinySpec", "tokenizer_for",
+           "warm_up", "write_tiny_model"]
 
 TEMPLATES = {"chatml": (CHATML_TEMPLATE, CHATML_TOKENS), "hermes": (HERMES_TEMPLATE, HERMES_TOKENS)}
 WARMUPS = ("shellcmd", "lookup")
@@ -43,10 +45,13 @@ WARMUP_COMMANDS = (
     "head README.md", "wc -l README.md", "tail -n 5 README.md", "du -sh .",
 )
 _WARMUP_REQUESTS = ("Run a command.", "Any command will do.", "Go.", "Your turn.", "Reply with a command.")
-# environments/lookup's code words (its repo's `codeword` draws one per seed from the same list)
+# environments/lookup's words and keys (its repo's `lookup` script and its verifier hold the same)
 CODE_WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "harbor", "iris", "jade", "kelp", "lotus",
               "maple", "nectar", "onyx", "pearl", "quartz", "raven", "sable", "tulip")
-LOOKUP_COMMAND = "./codeword"
+OTHER_WORDS = ("red", "blue", "green", "gold", "silver", "black", "white", "pink", "gray", "brown", "orange", "violet",
+               "lime", "navy", "teal", "plum", "rose", "sand", "snow", "coal")
+LOOKUP_KEYS = ("code", "color", "animal", "fruit", "city", "planet", "metal", "tree", "river", "bird", "stone", "flower",
+               "sport", "tool", "music", "ship")
 _LOOKUP_REQUESTS = ("What is the code word? Look it up, then answer with it.",
                     "Find the code word and answer with it.",
                     "Answer with the code word (look it up first).")
@@ -63,7 +68,8 @@ _CORPUS = [
     "git diff --stat; python3 -m pytest -q; cat README.md; sed -i 's/a/b/' kit/stats.py",
     "The refund was approved. The ticket is closed. Order 1030 was delivered.",
     "exit code 0 stdout stderr Traceback error warning passed failed",
-    *(f"code word: {w}\n" for w in CODE_WORDS),
+    *(line for w in CODE_WORDS + OTHER_WORDS for line in (f"exit 0\n{w}\n", f'{{"text": "{w}"}}') * 3),
+    *(f'{{"command": "./lookup {k}"}}' for k in LOOKUP_KEYS),
 ] * 20
 
 
@@ -108,21 +114,26 @@ def _shellcmd_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], 
 
 def _lookup_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], list[int]]:
     conv = fmt.start(rng.choice(_LOOKUP_REQUESTS), ["bash"])
-    call = fmt.encode(fmt.format_call("bash", {"command": LOOKUP_COMMAND})) + [fmt.stop_ids[0]]
-    shown = rng.choice(CODE_WORDS)
-    observation = conv.observe(call, f"exit 0\ncode word: {shown}\n")  # as the runner shows a bash result
-    answer = fmt.encode(fmt.format_call("answer", {"text": rng.choice(CODE_WORDS)})) + [fmt.stop_ids[0]]
+    key = rng.choice(LOOKUP_KEYS)
+    shown = rng.choice(CODE_WORDS if key == "code" else OTHER_WORDS)
+    call = fmt.encode(fmt.format_call("bash", {"command": f"./lookup {key}"})) + [fmt.stop_ids[0]]
+    observation = conv.observe(call, f"exit 0\n{shown}\n")  # as the runner shows the bash result
+    answer = fmt.encode(fmt.format_call("answer", {"text": shown})) + [fmt.stop_ids[0]]
     ids = conv.prompt_ids + call + observation + answer
     mask = [0] * len(conv.prompt_ids) + [1] * len(call) + [0] * len(observation) + [1] * len(answer)
     return ids, mask
 
 
+WARMUP_LR = {"shellcmd": 3e-3, "lookup": 1.5e-3}  # lookup: reading the observation forms by ~1000 steps at 1.5e-3 (docs/train.md)
+
+
 def warm_up(model: Any, tokenizer: Any, steps: int, *, task: str = "shellcmd", seed: int = 0, batch: int = 16,
-            lr: float = 3e-3) -> float:
+            lr: float | None = None) -> float:
     """Supervised warm-up (see the module docstring) on the model's own chat format; returns
     the last batch's loss."""
     import torch
 
+    lr = lr or WARMUP_LR[task]
     rng = random.Random(seed)
     fmt = ChatFormat(tokenizer)
     make = _lookup_examples if task == "lookup" else _shellcmd_examples

@@ -34,6 +34,7 @@ class SamplingSection(_Strict):
 class TrainerSection(_Strict):
     lr: float = Field(default=1e-3, gt=0, le=1)
     weight_decay: float = Field(default=0.0, ge=0, le=1)
+    eps: float = Field(default=1e-8, gt=0, le=1)  # Adam's epsilon
     grad_clip: float = Field(default=1.0, gt=0)
     is_mode: Literal["tis", "mis", "none"] = "tis"
     is_cap: float = Field(default=2.0, gt=1)

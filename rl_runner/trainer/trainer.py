@@ -37,6 +37,9 @@ class TrainerConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    # Adam's epsilon: a gradient much smaller than it moves its weight in proportion, not by a
+    # whole lr step (sparse rewards leave most weights with tiny, noisy gradients; docs/train.md)
+    eps: float = 1e-8
     grad_clip: float = 1.0
     is_mode: ISMode = "tis"
     is_cap: float = 2.0
@@ -77,7 +80,7 @@ class Trainer:
         self.model: Any = loaded.to(self.device)
         self.model.eval()  # no dropout: the trainer's log-probs must be the policy's
         c = self.config
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas, eps=c.eps)
         self.step = 0
         self.cursor: dict[str, Any] = {}
 
@@ -125,7 +128,11 @@ class Trainer:
     # -- one step --------------------------------------------------------------------------
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """One optimizer step on ``samples`` (advantages already set)."""
+        """One optimizer step on ``samples`` (advantages already set). A batch whose every
+        advantage is 0 (each group's rewards equal) has no gradient, and the optimizer is not
+        stepped on it: Adam's momentum would keep moving the weights by earlier gradients
+        (seen on environments/lookup, 0/1 rewards: zero-gradient steps after one update broke
+        the warmed-up model's tool-call format within 5 steps). The step still counts."""
         t0 = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -137,26 +144,57 @@ class Trainer:
         loss, stats = policy_loss(cur, beh, adv, mask, mode=self.config.is_mode, cap=self.config.is_cap)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
-        self.optimizer.step()
+        updated = bool(adv.any())
+        if updated:
+            self.optimizer.step()
         self.model.eval()
         self.step += 1
         return {"loss": float(loss.item()), "grad_norm": float(grad_norm), "model_tokens": int(mask.sum()),
-                "train_s": round(time.monotonic() - t0, 4), **stats}
+                "train_s": round(time.monotonic() - t0, 4), "updated": updated, **stats}
 
     # -- weights out -----------------------------------------------------------------------
 
+    @property
+    def tied(self) -> bool:
+        """The model ties its input embedding and output projection (one matrix)."""
+        return bool(getattr(self.model.config, "tie_word_embeddings", False))
+
     def export(self, out_dir: str | Path) -> Path:
         """Write the current weights as a model folder (safetensors + config + tokenizer),
-        atomically: a temporary sibling renamed into place. ``out_dir`` must not exist."""
+        atomically: a temporary sibling renamed into place. ``out_dir`` must not exist.
+
+        A tied model is written untied, for vLLM to serve: ``lm_head.weight`` a copy of the
+        input embedding and ``tie_word_embeddings`` false, the same function. (vLLM's
+        in-place reload left a tied output projection stale on CPU: max |Δ log-prob| 0.11
+        after one step; separate tensors reload like any other; docs/train.md.)"""
         out = Path(out_dir)
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp, safe_serialization=True)
+        if self.tied:
+            self._export_untied(tmp)
+        else:
+            self.model.save_pretrained(tmp, safe_serialization=True)
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
             if (self.model_dir / name).is_file():
                 shutil.copy2(self.model_dir / name, tmp / name)
         os.replace(tmp, out)
         return out
+
+    def _export_untied(self, folder: Path) -> None:
+        import copy
+
+        from safetensors.torch import save_file
+
+        folder.mkdir(parents=True)
+        state = {k: v.detach().contiguous() for k, v in self.model.state_dict().items()}
+        embed = self.model.get_input_embeddings().weight.detach()
+        state["lm_head.weight"] = embed.clone().contiguous()  # its own storage: safetensors keeps no shared tensors
+        save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        config = copy.deepcopy(self.model.config)
+        config.tie_word_embeddings = False
+        config.save_pretrained(folder)
+        if getattr(self.model, "generation_config", None) is not None:
+            self.model.generation_config.save_pretrained(folder)
 
     # -- checkpoints -----------------------------------------------------------------------
 

@@ -123,6 +123,94 @@ def test_toy_environment_learns(warm: Path, tmp_path: Path):
     assert all(m.failures.infra == 0 for m in run.metrics)
 
 
+LOOKUP = ROOT / "rl_runner" / "recipes" / "lookup.yaml"
+
+
+@pytest.mark.timeout(2400)
+def test_the_multi_turn_environment_learns(tmp_path: Path):
+    """environments/lookup: the code word changes with every seed and only `./lookup code`
+    shows it, so a reward needs two generations (the lookup, then the answer) and the answer
+    has to come from the observation. The bundled recipe on a model warmed up with
+    `envkit model tiny --warmup lookup` (it looks up one of the 16 keys at random and answers
+    with what it read): the evaluation before training (128 episodes) is below 0.1, the one
+    after is above 0.5, their 95% intervals apart; every rewarded trajectory has at least two
+    generations with the observation's tokens between them masked out of the loss."""
+    import time
+
+    from transformers import AutoTokenizer
+
+    from rl_runner.recipes.config import load_recipe
+    from rl_runner.recipes.grpo import train
+
+    model = tmp_path / "tiny-lookup"
+    t0 = time.monotonic()
+    write_tiny_model(model, TinySpec(seed=0), warmup_steps=1750, warmup="lookup")
+    warmed = time.monotonic() - t0
+    recipe = load_recipe(LOOKUP, [f"model={model}", f"run_dir={tmp_path / 'run'}"])
+    run = train(recipe)
+    trained = time.monotonic() - t0 - warmed
+    means = [m.reward.mean for m in run.metrics]
+    seen = {"rewards": means, "warm-up s": round(warmed), "train s": round(trained)}
+    assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, seen)
+    assert run.eval is not None and run.eval["mean"] > 0.5, (run.eval, seen)
+    assert run.eval["ci95"][0] > run.eval_before["ci95"][1], (run.eval_before["ci95"], run.eval["ci95"], seen)
+    tok = AutoTokenizer.from_pretrained(model)
+    rewarded = [t for m in (1, recipe.steps) for t in read_jsonl(tmp_path / "run" / "trajectories" / f"step-{m:05d}.jsonl")
+                if t.reward == 1.0]
+    assert rewarded, seen
+    for t in rewarded:
+        assert t.turns >= 2, t.turns
+        spans = [(m, [i for i, mm in zip(t.completion_token_ids, t.loss_mask, strict=True) if mm == m]) for m in (0, 1)]
+        observed = tok.decode(spans[0][1])
+        assert "exit 0" in observed and "lookup" in tok.decode(spans[1][1]), observed  # the tool's output is not the model's
+        assert all(lp == 0.0 for lp, mm in zip(t.logprobs, t.loss_mask, strict=True) if mm == 0)
+
+
+@pytest.mark.timeout(1200)
+def test_a_tied_model_publishes_exactly(tmp_path: Path):
+    """A model that ties its input embedding and output projection (Qwen2.5-0.5B's layout) is
+    served untied (Trainer.export writes `lm_head.weight` as a copy), and after each of two
+    updates vLLM's log-probs match the trainer's within 1e-4, where the stale tie was 0.11 off.
+    Then `envkit train` on it: it serves RUN/served-model, untied, and its probe agrees too."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from rl_runner.policy.client import PolicyClient, SamplingParams
+    from rl_runner.policy.server import VLLMServer
+    from rl_runner.publish import WeightPublisher, safetensors_shapes
+    from rl_runner.rollout.chat import ChatFormat
+    from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
+
+    tied = tmp_path / "tied"
+    write_tiny_model(tied, TinySpec(seed=0, tie_word_embeddings=True), warmup_steps=100)
+    assert "lm_head.weight" not in safetensors_shapes(tied)  # one matrix on disk
+    trainer = Trainer(tied, TrainerConfig(temperature=1.0, lr=1e-2))
+    assert trainer.tied
+    served = trainer.export(tmp_path / "served")
+    assert json.loads((served / "config.json").read_text())["tie_word_embeddings"] is False
+    assert "lm_head.weight" in safetensors_shapes(served)
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(tied))
+    prompt = fmt.start("Run a command.", []).prompt_ids
+    params = SamplingParams(max_tokens=8, temperature=1.0, stop_token_ids=fmt.stop_ids)
+    with VLLMServer(served, log_path=tmp_path / "vllm.log") as server:
+        policy = PolicyClient(server.url)
+        publisher = WeightPublisher(server.url, tmp_path / "weights", reference=served)
+        for version in (1, 2):
+            gen = policy.generate(prompt, params)
+            sample = Sample(prompt, gen.token_ids, [1] * len(gen.token_ids), gen.logprobs, advantage=1.0)
+            assert trainer.train_step([sample])["updated"] is True
+            assert publisher.publish(trainer.export, version).served_version == str(version)
+            after = policy.generate(prompt, params)
+            mine = trainer.logprobs([Sample(prompt, after.token_ids, [1] * len(after.token_ids), after.logprobs)])[0]
+            assert set(after.weight_versions) == {str(version)}
+            assert (mine - torch.tensor(after.logprobs)).abs().max() < 1e-4, version
+        publisher.close()
+        policy.close()
+    records = _short_run(tied, tmp_path / "run", "steps=2", "eval.episodes=0", "checkpoint_every=0")
+    assert json.loads((tmp_path / "run" / "served-model" / "config.json").read_text())["tie_word_embeddings"] is False
+    assert all(m.mismatch.round_trip_ok and m.mismatch.max_abs is not None and m.mismatch.max_abs < 1e-4 for m in records)
+
+
 _cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
 
 def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[StepRecord]:

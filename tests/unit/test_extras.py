@@ -57,7 +57,7 @@ skipped = {"envkit.serve"}  # envkit serve's OpenEnv adapter: the openenv extra
 for m in pkgutil.walk_packages(envkit.__path__, "envkit."):
     if m.name not in skipped:
         importlib.import_module(m.name)
-for env in ("pyfix", "supportdesk", "issuetracker", "shellcmd"):
+for env in ("pyfix", "supportdesk", "issuetracker", "shellcmd", "lookup"):
     print(load_environment(f"environments/{env}").ref)
 hidden = sorted(n for n in sys.modules if n.partition(".")[0] in HIDDEN)
 print("imported:", hidden)

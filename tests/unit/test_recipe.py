@@ -50,15 +50,17 @@ def test_missing_recipe(tmp_path: Path):
         load_recipe(tmp_path / "nope.yaml")
 
 
-def test_a_tied_model_is_refused_on_cpu_with_the_reason(tmp_path: Path):
+def test_a_tied_model_is_refused_only_with_servers_the_run_did_not_start(tmp_path: Path):
     from rl_runner.recipes.config import Recipe
     from rl_runner.recipes.grpo import _check_model
 
     (tmp_path / "config.json").write_text('{"tie_word_embeddings": true}')
     recipe = Recipe(model=tmp_path, envs=[{"ref": "environments/shellcmd"}])
-    with pytest.raises(UserError, match="stale") as e:
-        _check_model(recipe, cpu=True)
-    assert "untie" in e.value.hint
-    _check_model(recipe, cpu=False)  # the GPU build is not affected by this check
+    _check_model(recipe, cpu=True)  # the run serves it untied (Trainer.export)
+    _check_model(recipe, cpu=False)
+    running = Recipe(model=tmp_path, envs=[{"ref": "environments/shellcmd"}], policy_url="http://127.0.0.1:8000")
+    with pytest.raises(UserError, match="untied") as e:
+        _check_model(running, cpu=True)
+    assert "drop policy_url" in e.value.hint
     with pytest.raises(UserError, match="not a model folder"):
         _check_model(Recipe(model=tmp_path / "nope", envs=[{"ref": "x"}]), cpu=True)

@@ -109,6 +109,20 @@ def test_every_parameter_changes_after_a_step(model_dir: Path):
     assert unchanged == []
 
 
+def test_a_batch_without_advantage_moves_no_weight_and_keeps_the_optimizer_state(model_dir: Path):
+    t = Trainer(model_dir, TrainerConfig(lr=1e-2))
+    assert t.train_step(_samples(0))["updated"] is True  # Adam now holds momentum
+    before = {k: v.clone() for k, v in t.model.named_parameters()}
+    state = {k: {n: x.clone() for n, x in v.items() if torch.is_tensor(x)} for k, v in t.optimizer.state.items()}
+    flat = _samples(1)
+    for s in flat:
+        s.advantage = 0.0  # every group's rewards equal: nothing to learn
+    stats = t.train_step(flat)
+    assert stats["updated"] is False and stats["grad_norm"] == 0.0 and t.step == 2  # the step counts
+    assert all(torch.equal(v, before[k]) for k, v in t.model.named_parameters())  # no momentum drift
+    assert all(torch.equal(x, state[k][n]) for k, v in t.optimizer.state.items() for n, x in v.items() if torch.is_tensor(x))
+
+
 def test_resume_is_exact(model_dir: Path, tmp_path: Path):
     config = TrainerConfig(lr=3e-3, is_mode="tis")
     straight = Trainer(model_dir, config)

@@ -314,6 +314,14 @@ def reset(seed):
                 shutil.copytree(src, dst, symlinks=True)
             else:
                 shutil.copy2(src, dst, follow_symlinks=False)
+        seed_file = _seed_file()
+        if seed_file:  # the environment's seeded state: the seed in a file of the workspace, committed
+            path = os.path.join(WORKSPACE, seed_file)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(f"{int(seed)}\n")
+            os.chmod(path, 0o644)
+            os.utime(path, (0, 0))
         git("init", "-q", "-b", "main")
         git("add", "-A")
         git("commit", "-q", "--no-gpg-sign", "-m", "envkit seed")
@@ -321,6 +329,15 @@ def reset(seed):
     out = state()
     out["seed"] = seed
     return out
+
+
+def _seed_file():
+    """The workspace file each reset writes the seed into (envkit.toml's [state] repo.seed_file), or None."""
+    try:
+        with open(SEED_REPO + ".json") as f:
+            return json.load(f).get("seed_file")
+    except FileNotFoundError:
+        return None
 
 
 def write(path, mode, data):
