@@ -185,6 +185,9 @@ def rollout(
     seed: int = typer.Option(0, "--seed", help="Workload seed (the same for every policy)."),
     backend: str = typer.Option("local", "--backend", help="local (this machine's Docker) or ray (sandbox hosts and "
                                 "rollout workers on a Ray cluster)."),
+    replay_scale: float = typer.Option(0.1, "--replay-scale", min=0.0, max=10.0, help="After the real rows, every policy "
+                                       "on the same scripts replayed by the assembler alone (sleeps, no model or "
+                                       "sandbox) at this time scale; 0: no replay."),
     ray_address: str = typer.Option(None, "--ray-address", help="With --backend ray: the cluster (HOST:PORT); default: "
                                     "start a local one."),
     ray_nodes: int = typer.Option(2, "--ray-nodes", min=1, max=16, help="With --backend ray and no address: node "
@@ -211,7 +214,8 @@ def rollout(
     result = bench_rollout(env=env, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
                            batches=batches, replicas=replicas or None, pool_size=pool_size or None, model=model, seed=seed,
                            params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
-                           ray_address=ray_address, ray_nodes=ray_nodes, cpu_partition=cpu_partition, say=note)
+                           ray_address=ray_address, ray_nodes=ray_nodes, cpu_partition=cpu_partition,
+                           replay_scale=replay_scale, say=note)
     if as_json:
         print_json(result)
         return
@@ -257,6 +261,16 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
                       _cpu(r.get("host_cpu_s_per_trajectory")), str(r["left_groups"]), str(r["retries"]),
                       str(r["excluded"]))
     console.print(table)
+    if result.get("replay"):
+        replay = Table(title=f"replay: the same scripts, the assembler alone (no model, sandbox or engine; each episode "
+                             f"sleeps its drawn work; run at time scale {result['replay'][0]['scale']:g}, shown at scale 1)")
+        for col in ("policy (replay)", "TTB s", "per batch s", "×naive", "/ideal", "ideal s", "stragg wait", "slots idle"):
+            replay.add_column(col, justify="left" if col.startswith("policy") else "right")
+        for r in result["replay"]:
+            replay.add_row(f"{r['policy']} (replay)", f"{r['ttb_s']:.1f}", ", ".join(f"{x:.1f}" for x in r["ttb_per_batch_s"]),
+                           f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}", f"{r['ideal_s']:.1f}",
+                           _share(r["straggler_wait_share"]), _share(r["slot_idle_share"]))
+        console.print(replay)
     if s.get("partition"):
         from rl_runner.partition import describe
 

@@ -40,7 +40,7 @@ import docker.errors
 from docker.types import Mount
 
 from envkit.engine import TRANSPORT_ERRORS, connect
-from envkit.errors import EnvkitError, InfraFailure
+from envkit.errors import EnvkitError, InfraFailure, VerifierFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
 from envkit.sandbox.docker_backend import (
     SANDBOX_LABEL,
@@ -174,7 +174,6 @@ class ContainerBackend:
                                 users=users, user_env={}, workdir=workdir, kill_command=list(_KILLALL),
                                 channel=volume is not None, channel_off=self.channel_off,
                                 home_from_passwd=not any(e.startswith("HOME=") for e in self.image_config(image).get("Env") or []),
-                                root_agent=c.agent_user.split(":")[0] in ("root", "0"),
                                 _root=attached[0] if attached else None)
         if volume is not None:  # the helpers through the channel (its hello first): a copy by the engine costs ~40 ms more
             try:
@@ -182,6 +181,8 @@ class ContainerBackend:
             except BaseException:
                 sandbox.destroy()
                 raise
+            if sandbox.channel_pid:  # killall spares the channel by its pid
+                sandbox.kill_command = [*_KILLALL, "-k", str(sandbox.channel_pid)]
         sandbox.created_s = round(time.monotonic() - t0, 4)
         return sandbox
 
@@ -242,6 +243,10 @@ class ContainerSandbox:
         self.task_id = chosen.id
         self.created_s = self.inner.created_s
         state_hash = self.state_hash()
+        # From here on the agent acts: if it is root in there, it can stop the sandbox (so a
+        # stop while the engine answers is its doing); before, a stop is the sandbox's failure.
+        whoami = self.inner.exec("id -u", user=AGENT, timeout_s=30, workdir="/")
+        self.inner.root_agent = whoami.exit_code == 0 and whoami.stdout.strip() == "0"
         result = ResetResult(state_hash=state_hash, commit="", seed=int(seed), seconds=round(time.monotonic() - t0, 4),
                              extra={"task": chosen.id, "image": self.inner.image})
         self.last_reset = result
@@ -309,6 +314,9 @@ class ContainerSandbox:
         text = out.value()
         if hit or b"killed" not in text:
             raise InfraFailure("killall_failed", "the sandbox's killall did not answer", container=self.id)
+        if b'"killed": true' not in text:  # processes of the agent's kept appearing for 1000 rounds: it forks them
+            raise VerifierFailure("verifier_setup", "the agent's processes could not all be stopped before the tests",
+                                  container=self.id)
         return b'"removed": true' in text
 
     def kill_processes(self, user: str = AGENT) -> None:

@@ -204,8 +204,9 @@ def _frames(sock: Any, deadline: float) -> Any:
 class _Channel:
     """A long-lived `helper.py serve`, attached to its stdin and stdout (the container's main
     process, or an exec's): JSON lines in, JSON lines out, one round trip per call. Each
-    request carries an ``id`` and the helper echoes it: a reply of an earlier request (one
-    whose caller gave up, seen again after a re-attach) is skipped, never taken for another's."""
+    request carries a random ``id`` and the helper echoes it: a reply of an earlier request
+    (one whose caller gave up, seen again after a re-attach) is skipped, never taken for
+    another's, and nothing that writes to the channel's output can know a later request's id."""
 
     def __init__(self, sock: Any) -> None:
         self.sock = sock
@@ -221,7 +222,7 @@ class _Channel:
         channel's output: a container environment's agent may be root). ``strict=False`` (the
         hello) also takes a reply with no id, from a helper that does not echo ids."""
         self.sent += 1
-        ident = self.sent
+        ident = secrets.token_hex(8)
         self.raw.sendall((json.dumps({**request, "id": ident}) + "\n").encode())
         deadline = time.monotonic() + timeout
         while True:
@@ -273,12 +274,12 @@ def _json_tail(line: bytes) -> Any:
     """The JSON value that ends ``line`` (a reply the helper wrote whole, after whatever another
     writer left in front of it), or None."""
     start = line.find(b"{")
-    for _ in range(64):
+    for _ in range(8):
         if start < 0:
             break
         try:
             return json.loads(line[start:])
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             start = line.find(b"{", start + 1)
     return None
 
@@ -332,9 +333,11 @@ class DockerSandbox:
     # The agent runs as root in the sandbox (a container environment's default): it can stop
     # the sandbox, so a sandbox that stopped while the engine answers is the model's doing.
     root_agent: bool = False
+    channel_pid: int | None = field(default=None, repr=False)  # the channel's pid in the sandbox (its hello says)
     _root: _Channel | None = field(default=None, repr=False)
     _root_ready: bool = field(default=False, repr=False)  # its hello was answered
     _root_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _lost: BaseException | None = field(default=None, repr=False)  # how the channel's container was lost, once it was
     _channel: _Channel | None = field(default=None, repr=False)  # the service user's
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -403,6 +406,8 @@ class DockerSandbox:
         through `docker exec` (``channel_off`` says why)."""
         if not self.channel or self.channel_off:
             return None
+        if self._lost is not None:  # the container stopped with its channel: attaching again would wait for a start
+            raise self._lost
         if self._root is not None and self._root_ready:
             return self._root
         if self._root is None:
@@ -418,9 +423,11 @@ class DockerSandbox:
             self._root = None
             failure = self._infra(e, "the command channel's hello")
             if not isinstance(failure, InfraFailure):  # the sandbox stopped, by its root agent's doing
+                self._lost = failure
                 raise failure from None
             if failure.kind == "container_lost":
-                raise _with_last_words(failure, chan) from None
+                self._lost = _with_last_words(failure, chan)
+                raise self._lost from None
             self.channel_off = f"the command channel did not answer: {type(e).__name__}: {str(e)[:200]}"
             return None
         if hello.get("protocol") != _CHANNEL_PROTOCOL or hello.get("uid") != 0:
@@ -429,6 +436,7 @@ class DockerSandbox:
             self.channel_off = f"the image's helper speaks another channel protocol: {hello}"
             return None
         self._root_ready = True
+        self.channel_pid = int(hello.get("pid") or 0) or None
         return chan
 
     def _channel_call(self, request: dict[str, Any], timeout: float, what: str) -> dict[str, Any] | None:
@@ -452,6 +460,8 @@ class DockerSandbox:
                         failure = InfraFailure("channel_lost", f"the sandbox's command channel broke during {what}",
                                                container=self.id, error=f"{type(e).__name__}: {str(e)[:300]}",
                                                helper_stderr=chan.stderr_tail())
+                if not isinstance(failure, InfraFailure) or failure.kind == "container_lost":
+                    self._lost = failure  # stopped for good: later calls say so at once
                 raise failure from None
 
     def _spawn_failure(self, reply: dict[str, Any], what: str) -> EpisodeFailure:
@@ -491,8 +501,15 @@ class DockerSandbox:
                         raise self._spawn_failure(reply, "a command")
                     raise InfraFailure("channel_failed", "the sandbox's command channel failed", container=self.id,
                                        error=reply.get("message", ""))
-                return (_Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]),
-                        bool(reply["hit"]), reply.get("status"))
+                try:
+                    status = reply.get("status")
+                    if status is not None and (not isinstance(status, list) or len(status) < 3):
+                        raise ValueError(f"status {status!r}")
+                    return (_Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]),
+                            bool(reply["hit"]), status)
+                except (KeyError, TypeError, ValueError) as e:  # binascii.Error is a ValueError
+                    raise InfraFailure("channel_failed", "the sandbox's command channel answered something else",
+                                       container=self.id, error=f"{type(e).__name__}: {str(e)[:200]}") from None
         return (*self._run_exec(cmd, user=user, env=env, workdir=workdir, stdin=stdin, deadline=deadline, limit=limit),
                 None)
 
@@ -866,8 +883,10 @@ def limit_options(lim: SandboxLimits, runtime: str | None = None) -> dict[str, A
     tini as PID 1, the OCI runtime. ``network = "none"`` disables the engine's networking
     for the container: runc still gives it a network namespace of its own with ``lo`` up,
     but the engine builds no network sandbox and runs no prestart hook (a re-exec of
-    dockerd), which was half of a container's start here (136 -> 75 ms); the image then
-    needs its own /etc/hosts (:data:`envkit.sandbox.LOOPBACK_HOSTS`)."""
+    dockerd), which was half of a container's start here (136 -> 75 ms). The engine then
+    writes no /etc/hosts: the envkit base image resolves ``localhost`` with libnss-myhostname
+    (an image on an older base does not), container environments get one written in
+    (:mod:`envkit.sandbox.container`)."""
     mem = f"{lim.memory_mb}m"
     opts: dict[str, Any] = dict(
         detach=True, init=True, user="0:0", network_mode="none" if lim.network == "none" else "bridge",

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
 import statistics
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -34,16 +36,17 @@ from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import LoadedEnvironment
 from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
-from rl_runner.batch.workload import WorkloadParams, scripted_episode
+from rl_runner.batch.workload import WorkloadParams, draw_script, scripted_episode
 from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.metrics import pct
 from rl_runner.partition import CpuPartition, check_engine, plan_partition
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer, has_cuda
+from rl_runner.rollout.loop import mark_aborted
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["bench_rollout", "run_policy"]
+__all__ = ["bench_rollout", "replay_policy", "run_policy"]
 
 
 def _ensure_model(model: Path | None, say: Callable[[str], None]) -> Path:
@@ -150,16 +153,54 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
     }
 
 
+def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int, concurrency: int, batches: int,
+                  seed: int, params: WorkloadParams, scale: float) -> dict[str, Any]:
+    """The assembler alone, on the workload's scripts: each episode of the real run (the same
+    seed, group and member: the same drawn script) sleeps its drawn commands' and
+    verification's total (``scripted_s``) times ``scale``, with no model, sandbox or engine.
+    What batch assembly gives when the work runs exactly as drawn: the bound the real row is
+    measured against. Times in the row are divided back by ``scale``."""
+    def episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
+        duration = draw_script(params, random.Random(f"{seed}:{g}:{i}")).tool_s * scale
+        t = Trajectory(env_ref="replay", image_digest="", task_id=f"t{g}", seed=seed + g, group_id=f"replay/{g}")
+        t0 = time.monotonic()
+        while (left := duration - (time.monotonic() - t0)) > 0:
+            if cancel.wait(min(left, 0.05)):
+                return mark_aborted(t)
+        t.reward = 0.0
+        t.timings = {"episode_s": round(duration, 4), "work_s": round(duration, 4)}
+        return t
+
+    asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size, concurrency=concurrency,
+                    policy=policy)
+    got: list[Batch] = []
+    try:
+        asm.start()
+        got = [asm.next_batch() for _ in range(batches)]
+    finally:
+        asm.stop()
+    ttbs = [b.ttb_s / scale for b in got]
+    ideal = statistics.fmean(sum(work_s(t) for t in b.trajectories) / scale / concurrency for b in got)
+    return {"policy": policy.name, "replay": True, "scale": scale, "ttb_s": round(statistics.fmean(ttbs), 3),
+            "ttb_per_batch_s": [round(x, 3) for x in ttbs], "ideal_s": round(ideal, 3),
+            "ttb_over_ideal": round(statistics.fmean(ttbs) / ideal, 3) if ideal > 0 else None,
+            "straggler_wait_share": _mean(b.stats["straggler_wait_share"] for b in got),
+            "slot_idle_share": _mean(b.stats["slot_idle_share"] for b in got)}
+
+
 def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_size: int = 8, concurrency: int = 64,
                   batches: int = 2, replicas: int | None = None, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
                   params: WorkloadParams | None = None, policies: list[AssemblyPolicy] | None = None,
                   backend: str = "local", ray_address: str | None = None, ray_nodes: int = 2,
-                  cpu_partition: str = "auto", say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+                  cpu_partition: str = "auto", replay_scale: float = 0.1,
+                  say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """``backend``: ``local`` (this machine's Docker, episodes on threads) or ``ray`` (sandbox
     hosts and rollout workers on the Ray cluster at ``ray_address``; without one, a local
     cluster of ``ray_nodes`` node processes is started and stopped). ``cpu_partition``: which
     cores the replicas and the sandboxes get (:mod:`rl_runner.partition`); ``replicas`` None:
-    as many as the partition fits (two at most)."""
+    as many as the partition fits (two at most). ``replay_scale`` > 0: after the real rows,
+    every policy again on the same scripts replayed by the assembler alone
+    (:func:`replay_policy`), at that time scale."""
     if backend not in ("local", "ray"):
         raise UserError(f"unknown backend `{backend}`", "use --backend local or --backend ray")
     params = params or WorkloadParams()
@@ -219,7 +260,15 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     best = out_rows[-1]
     for r in out_rows:
         r["speedup_vs_naive"] = round(naive["ttb_s"] / r["ttb_s"], 3) if r["ttb_s"] else None
+    replay: list[dict[str, Any]] = []
+    if replay_scale > 0:
+        say(f"replay: the same scripts, the assembler alone, at time scale {replay_scale:g} …")
+        replay = [replay_policy(p, trajectories=trajectories, group_size=group_size, concurrency=concurrency, batches=batches,
+                                seed=seed, params=params, scale=replay_scale) for p in policies]
+        for r in replay:
+            r["speedup_vs_naive"] = round(replay[0]["ttb_s"] / r["ttb_s"], 3) if r["ttb_s"] else None
     return {
+        "replay": replay,
         "rows": out_rows,
         "naive_ttb_s": naive["ttb_s"],
         "optimized_ttb_s": best["ttb_s"],

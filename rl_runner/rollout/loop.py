@@ -89,7 +89,11 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
                 if episode.answer_text is None and text.strip():
                     episode.answer(text)
                 break
-            observation = _observe(episode, call)
+            try:
+                observation = _observe(episode, call)
+            except ModelFailure as e:  # e.g. no process can start (its own pids), or its sandbox stopped (root):
+                failure = e            # the model's doing, so the episode is verified, never excluded
+                break
             if call.name == "answer":
                 break
             if episode.model_failure is not None:

@@ -95,6 +95,10 @@ def test_a_solving_policy_gets_reward_and_aligned_tokens(pyfix_runtime, tokenize
         (['<tool>{"name": "rm_rf", "arguments": {}}</tool>'], "model_failure:unparseable_action"),
         ([bash("sleep 30"), "done"], "model_failure:command_timeout"),
         ([bash("python3 -c 'b = bytearray(1 << 30)'"), "done"], "model_failure:oom"),
+        # its detached processes fill the pids limit, then its next command cannot start: the
+        # model's doing, verified and trained on, never excluded (it used to escape the loop)
+        ([bash("for i in $(seq 300); do sleep 100 >/dev/null 2>&1 & done; echo filled"), bash("echo again"), "done"],
+         "model_failure:pids_limit"),
     ],
 )
 def test_model_failures_keep_their_reward(pyfix_copy, client, tokenizer, turns, outcome):

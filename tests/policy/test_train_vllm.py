@@ -1,5 +1,5 @@
 """The training loop against real vLLM (CPU build) and real Docker: weight publication with
-version round trip and no stale prefix cache, the toy environment learning, and a sync and an
+version round trip and no stale prefix cache, the multi-turn toy environment learning, and a sync and an
 async run of 8 steps each followed by `envkit report` and `envkit doctor`. One vLLM server of
 the warm model serves the runs that can share it (`served`, through `policy_url`); the
 learning run, the in-flight update and the two-replica run start their own."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,13 +23,16 @@ from ..conftest import ROOT, envkit
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 
 RECIPE = ROOT / "rl_runner" / "recipes" / "shellcmd.yaml"
+LOOKUP = ROOT / "rl_runner" / "recipes" / "lookup.yaml"
 
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("models") / "tiny-shellcmd"
     info = write_tiny_model(folder, TinySpec(seed=0), warmup_steps=300)
-    assert info["warmup_loss"] < 1.2
+    # it has learnt to spell the commands (0.61 here; at a warm-up lr of 3e-3 it stayed at 1.14, put
+    # 0.09 on all 24 commands together, and the shellcmd recipe then failed to learn)
+    assert info["warmup_loss"] < 0.8, info
     return folder
 
 
@@ -93,38 +95,6 @@ def test_publication_round_trip_and_no_stale_prefix(warm: Path, served: Any, tmp
         publisher.publish(trainer.export, 2)
     publisher.close()
     policy.close()
-
-@pytest.mark.timeout(1800)  # ~6.5 min here; room for a slower machine
-def test_toy_environment_learns(warm: Path, tmp_path: Path):
-    """The bundled recipe (environments/shellcmd, task system-info, fixed seeds): the
-    evaluation of the starting weights (128 episodes) is below 0.1; the one after 16 steps is
-    above 0.4 and its 95% interval clears the starting one's by 0.25. (Sampling is not seeded,
-    so runs differ: after-evaluations seen here 0.50 (a CI run) and above 0.6; a bar of 0.6
-    failed once on the first.) Its own vLLM server, as `envkit train` starts it: on the
-    module's shared server a CI run once saw reward exactly 0.0 in every episode of every step
-    and both evaluations, which no run alone or after the publication test reproduced here;
-    the outcome counts in the messages below are there to tell the next such run's cause."""
-    from rl_runner.recipes.config import load_recipe
-    from rl_runner.recipes.grpo import train
-
-    recipe = load_recipe(RECIPE, [f"model={warm}", f"run_dir={tmp_path / 'run'}", "checkpoint_every=0"])
-    assert (recipe.steps, recipe.eval.episodes, recipe.eval.before) == (16, 128, True)
-    run = train(recipe)
-    means = [m.reward.mean for m in run.metrics]
-    first = read_jsonl(tmp_path / "run" / "trajectories" / "step-00001.jsonl")
-    seen = (means, {"step 1 outcomes": Counter(str(t.outcome) for t in first), "step 1 rewards": Counter(t.reward for t in first),
-                    "step 1 verify_s max": max(t.timings.get("verify_s", 0) for t in first),
-                    "mismatch": [m.mismatch.max_abs for m in run.metrics][:4]})
-    assert run.eval_before is not None and run.eval_before["mean"] < 0.1, (run.eval_before, seen)
-    assert means[0] < 0.1, seen
-    assert run.eval is not None and run.eval["mean"] > 0.4, (seen, run.eval)
-    assert run.eval["ci95"][0] > run.eval_before["ci95"][1] + 0.25, (run.eval_before["ci95"], run.eval["ci95"])
-    assert max(means[-4:]) > 4 * max(means[0], 0.05), seen  # the batches' reward rose too
-    assert all(m.failures.infra == 0 for m in run.metrics)
-
-
-LOOKUP = ROOT / "rl_runner" / "recipes" / "lookup.yaml"
-
 
 @pytest.mark.timeout(2400)
 def test_the_multi_turn_environment_learns(tmp_path: Path):

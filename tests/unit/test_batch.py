@@ -278,3 +278,17 @@ def test_fresh_sandboxes_are_created_per_episode_and_never_reused():
     assert c.destroyed and fresh.alive.value == 0 and fresh.held.value == 0
     assert sandbox_stats(fresh) == {"kind": "fresh", "size": 0, "created": 1, "reused": 0, "destroyed": 1,
                                     "create_failures": 0}
+
+
+def test_the_replay_runs_the_assembler_alone_on_the_workloads_drawn_durations():
+    from rl_runner.batch.bench import replay_policy
+
+    params = WorkloadParams()
+    rows = [replay_policy(p, trajectories=16, group_size=4, concurrency=8, batches=2, seed=3, params=params, scale=0.004)
+            for p in (NAIVE, OPTIMIZED)]
+    for r in rows:
+        assert r["replay"] and len(r["ttb_per_batch_s"]) == 2
+        assert r["ttb_over_ideal"] >= 0.9  # no batch beats its work spread over every slot (timer slack aside)
+    # the first naive batch is its 16 scripts (groups 0-3), so it lasts at least its longest one
+    longest = max(draw_script(params, random.Random(f"3:{g}:{i}")).tool_s for g in range(4) for i in range(4))
+    assert rows[0]["ttb_per_batch_s"][0] >= longest * 0.95

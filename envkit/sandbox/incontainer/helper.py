@@ -318,10 +318,11 @@ def reset(seed):
         if seed_file:  # the environment's seeded state: the seed in a file of the workspace, committed
             path = os.path.join(WORKSPACE, seed_file)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
+            if os.path.lexists(path):
+                os.unlink(path)  # a file of the seed repository by that name (a link is never followed)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "w") as f:
                 f.write(f"{int(seed)}\n")
-            os.chmod(path, 0o644)
-            os.utime(path, (0, 0))
         git("init", "-q", "-b", "main")
         git("add", "-A")
         git("commit", "-q", "--no-gpg-sign", "-m", "envkit seed")
