@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 from envkit.errors import EnvNotFoundError, EnvRefError
-from envkit.refs import EnvRef, parse_env_ref
+from envkit.refs import EnvRef, is_prerelease, parse_env_ref, semver_key
 from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
 
 __all__ = ["local_environments", "resolve_environment", "search_path"]
@@ -47,12 +47,11 @@ def local_environments() -> dict[str, dict[str, Path]]:
     return found
 
 
-def _version_key(v: str) -> tuple[int, ...]:
-    core = v.split("-")[0].split("+")[0]
+def _version_key(v: str) -> tuple[object, ...]:
     try:
-        return tuple(int(x) for x in core.split("."))
+        return semver_key(v)  # Semantic Versioning precedence: 1.1.0-rc.1 < 1.1.0
     except ValueError:
-        return (0,)
+        return (-1, 0, 0, 0, ())
 
 
 def resolve_environment(arg: str) -> LoadedEnvironment:
@@ -84,8 +83,12 @@ def resolve_environment(arg: str) -> LoadedEnvironment:
             f"looked in {where} (set ENVKIT_PATH to add folders); or give the environment's folder",
         )
     versions = envs[ref.full_name]
-    if ref.version is None:
-        return load_environment(versions[max(versions, key=_version_key)])
+    if ref.version is None:  # the newest release; a pre-release only when asked for by its version
+        releases = [v for v in versions if not is_prerelease(v)]
+        if not releases:
+            raise EnvNotFoundError(f"Environment `{ref.full_name}` has only pre-releases here",
+                                   f"name one: {', '.join(f'{ref.full_name}@{v}' for v in sorted(versions, key=_version_key))}")
+        return load_environment(versions[max(releases, key=_version_key)])
     if ref.version not in versions:
         raise EnvNotFoundError(
             f"Environment `{ref.full_name}` has no version {ref.version}",

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from envkit.errors import EnvRefError
 
-__all__ = ["EnvRef", "format_env_ref", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEMVER_RE"]
+__all__ = ["EnvRef", "format_env_ref", "is_prerelease", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEMVER_RE"]
 
 _SEGMENT = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
 NAME_RE = re.compile(rf"^{_SEGMENT}$")
@@ -45,6 +45,12 @@ def semver_key(version: str) -> tuple[object, ...]:
         return (major, minor, patch, 1, ())
     ids = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
     return (major, minor, patch, 0, ids)
+
+
+def is_prerelease(version: str) -> bool:
+    """``1.1.0-rc.1`` is; ``1.1.0`` and ``1.1.0+build.5`` are not."""
+    m = SEMVER_RE.match(version)
+    return m is not None and m[4] is not None
 
 
 @dataclass(frozen=True, order=True)

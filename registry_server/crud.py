@@ -12,7 +12,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from envkit.refs import semver_key
+from envkit.refs import is_prerelease, semver_key
 from registry_server import auth, faults
 from registry_server.bundles import ReceivedBundle
 from registry_server.db import begin_write
@@ -125,8 +125,10 @@ def sorted_versions(env: Environment) -> list[Version]:
 
 
 def latest(env: Environment) -> Version | None:
+    """The newest release that is not yanked: a pre-release (``1.1.0-rc.1``) only by its exact
+    version, never as ``latest``."""
     for v in sorted_versions(env):
-        if not v.yanked:
+        if not v.yanked and not is_prerelease(v.version):
             return v
     return None
 
@@ -136,7 +138,8 @@ def get_version(session: Session, *, namespace: str, name: str, version: str) ->
     if version == "latest":
         found = latest(env)
         if found is None:
-            raise RegistryError(404, f"`{namespace}/{name}` has no version that is not yanked", "publish one")
+            raise RegistryError(404, f"`{namespace}/{name}` has no release that is not yanked (pre-releases "
+                                "count only when asked for by version)", "publish one, or name the version")
         return found
     for v in env.versions:
         if v.version == version:

@@ -42,6 +42,7 @@ app.add_typer(bench_cmd.bench_app, name="bench")
 app.add_typer(build_cmd.base_app, name="base")
 app.add_typer(registry_cmd.registry_app, name="registry")
 app.add_typer(model_cmd.model_app, name="model")
+app.add_typer(dist_cmd.token_app, name="token")
 app.add_typer(harbor_cmd.import_app, name="import")
 app.add_typer(harbor_cmd.export_app, name="export")
 

@@ -1,4 +1,5 @@
-"""`envkit login`, `envkit publish`, `envkit pull`, `envkit search`."""
+"""`envkit login`, `publish`, `pull`, `search`, the version verbs (`yank`, `unyank`,
+`deprecate`) and `envkit token create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from envkit.catalog import resolve_environment
 from envkit.cli.output import console, err_console, print_json
 from envkit.client import Credentials, Registry, load_credentials, save_credentials
 from envkit.errors import UserError
+from envkit.refs import EnvRef, parse_env_ref
+
+token_app = typer.Typer(no_args_is_help=True, help="Your API tokens on the registry: create, list, revoke.")
 
 
 def _registry(url: str | None) -> Registry:
@@ -23,7 +27,121 @@ def _registry(url: str | None) -> Registry:
     return Registry(creds.url, creds.token)
 
 
-def register(app: typer.Typer) -> None:
+def _exact(ref: str, verb: str) -> EnvRef:
+    """``ns/name@version``: the version verbs act on one exact version, never on `latest`."""
+    r = parse_env_ref(ref)
+    if r.version is None:
+        raise UserError(f"`{ref}` names no version; {verb} acts on one exact version",
+                        f"give it as {r.full_name}@VERSION (`envkit search {r.name}` lists the newest)")
+    return r
+
+
+def _show_version(v: dict, as_json: bool) -> None:
+    if as_json:
+        print_json(v)
+        return
+    state = ["yanked" + (f" ({v['yank_reason']})" if v.get("yank_reason") else "")] if v["yanked"] else []
+    if v["deprecated"]:
+        state.append("deprecated" + (f", successor {v['successor']}" if v.get("successor") else ""))
+    console.print(f"{v['ref']}: {'; '.join(state) or 'active'}")
+
+
+def _show_token(t: dict) -> str:
+    used = t.get("last_used_at") or "never"
+    revoked = f"  revoked {t['revoked_at']}" if t.get("revoked_at") else ""
+    return f"{t['id']}  {t['name'] or '-'}  namespaces {', '.join(t['namespaces'])}  last used {used}{revoked}"
+
+
+def register(app: typer.Typer) -> None:  # noqa: C901 - one nested function per command
+    registry_opt = typer.Option(None, "--registry", help="Registry URL (default: the one from `envkit login`).")
+
+    @app.command("yank")
+    def yank(
+        ref: str = typer.Argument(..., help="ns/name@version"),
+        reason: str = typer.Option(..., "--reason", help="Why (shown to whoever pulls it by version)."),
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Hide a version from `latest` (it stays downloadable by its exact version)."""
+        r = _exact(ref, "yank")
+        with _registry(registry_url) as registry:
+            _show_version(registry.api.yank(r.namespace, r.name, str(r.version), reason), as_json)
+
+    @app.command("unyank")
+    def unyank(
+        ref: str = typer.Argument(..., help="ns/name@version"),
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Undo a yank: the version counts for `latest` again."""
+        r = _exact(ref, "unyank")
+        with _registry(registry_url) as registry:
+            _show_version(registry.api.unyank(r.namespace, r.name, str(r.version)), as_json)
+
+    @app.command("deprecate")
+    def deprecate(
+        ref: str = typer.Argument(..., help="ns/name@version"),
+        successor: str = typer.Option(None, "--successor", help="The version to use instead (ns/name@version)."),
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Mark a version deprecated (pulls and runs of it warn, naming the successor)."""
+        r = _exact(ref, "deprecate")
+        if successor is not None:
+            _exact(successor, "--successor")
+        with _registry(registry_url) as registry:
+            _show_version(registry.api.deprecate(r.namespace, r.name, str(r.version), successor), as_json)
+
+    @token_app.command("create")
+    def token_create(
+        namespace: list[str] = typer.Option(..., "--namespace", "-n", help="A namespace the token may publish to "
+                                            "(repeatable; yours only)."),
+        name: str = typer.Option("", "--name", help="A label to tell it apart in `envkit token list`."),
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """A new token for your user; its secret is printed once (stdout), store it now."""
+        with _registry(registry_url) as registry:
+            made = registry.api.create_token(name=name, namespaces=namespace)
+        if as_json:
+            print_json(made)
+            return
+        err_console.print(f"created {_show_token(made)} (the secret below is shown once)")
+        print(made["token"])
+
+    @token_app.command("list")
+    def token_list(
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Your tokens (never their secrets)."""
+        with _registry(registry_url) as registry:
+            tokens = registry.api.list_tokens()
+        if as_json:
+            print_json(tokens)
+            return
+        table = Table(title=f"{len(tokens)} token(s)")
+        for col in ("id", "name", "namespaces", "created", "last used", "revoked"):
+            table.add_column(col)
+        for t in tokens:
+            table.add_row(t["id"], t["name"] or "-", ", ".join(t["namespaces"]), str(t.get("created_at") or "-"),
+                          str(t.get("last_used_at") or "never"), str(t.get("revoked_at") or "-"))
+        console.print(table)
+
+    @token_app.command("revoke")
+    def token_revoke(
+        token_id: str = typer.Argument(..., help="The token's id (`envkit token list`)."),
+        registry_url: str = registry_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    ) -> None:
+        """Revoke a token of yours: the registry refuses it from now on."""
+        with _registry(registry_url) as registry:
+            gone = registry.api.revoke_token(token_id)
+        if as_json:
+            print_json(gone)
+            return
+        console.print(f"revoked {_show_token(gone)}")
+
     @app.command("login")
     def login(
         url: str = typer.Argument(..., help="Registry URL, e.g. http://127.0.0.1:8700"),

@@ -79,13 +79,14 @@ def test_latest_yank_unyank_deprecate(registry, tmp_path):
         for v in ["1.0.0", "1.10.0", "1.2.0", "2.0.0-rc.1"]:
             assert put(c, make_pyfix_bundle(tmp_path, version=v), version=v).status_code == 201
         latest = c.get("/environments/envkit/pyfix/versions/latest").json()
-        assert latest["version"] == "2.0.0-rc.1"
-        c.post("/environments/envkit/pyfix/versions/2.0.0-rc.1/yank", json={"reason": "broken verifier"}).raise_for_status()
-        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "1.10.0"
-        yanked = c.get("/environments/envkit/pyfix/versions/2.0.0-rc.1").json()
+        assert latest["version"] == "1.10.0"  # semver order; a pre-release only by its version
+        assert c.get("/environments/envkit/pyfix/versions/2.0.0-rc.1").json()["version"] == "2.0.0-rc.1"
+        c.post("/environments/envkit/pyfix/versions/1.10.0/yank", json={"reason": "broken verifier"}).raise_for_status()
+        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "1.2.0"
+        yanked = c.get("/environments/envkit/pyfix/versions/1.10.0").json()
         assert yanked["yanked"] and yanked["yank_reason"] == "broken verifier"  # still downloadable by version
-        c.post("/environments/envkit/pyfix/versions/2.0.0-rc.1/unyank").raise_for_status()
-        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "2.0.0-rc.1"
+        c.post("/environments/envkit/pyfix/versions/1.10.0/unyank").raise_for_status()
+        assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "1.10.0"
         dep = c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "envkit/pyfix@1.10.0"}).json()
         assert dep["deprecated"] and dep["successor"] == "envkit/pyfix@1.10.0"
         assert_error(c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "nope"}), 422, "invalid")
