@@ -79,6 +79,9 @@ def register(app: typer.Typer) -> None:
     def train_command(
         recipe: Path = typer.Argument(..., help="Recipe YAML (e.g. rl_runner/recipes/shellcmd.yaml)."),
         overrides: list[str] = typer.Argument(None, help="key=value settings that replace the recipe's, e.g. steps=20 trainer.lr=3e-3."),
+        resume: Path = typer.Option(None, "--resume", help="A checkpoint folder (RUN/checkpoints/step-N) to continue "
+                                    "from (the same as resume=PATH); refused when an environment resolves "
+                                    "differently than RUN/envkit-run.lock says."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document at the end."),
     ) -> None:
         """Train a policy with RL on environments (GRPO; sync or async), then report and check it."""
@@ -88,7 +91,7 @@ def register(app: typer.Typer) -> None:
         from rl_runner.recipes.grpo import train
         from rl_runner.report import write_report
 
-        r = load_recipe(recipe, overrides or [])
+        r = load_recipe(recipe, [*(overrides or []), *([f"resume={resume}"] if resume is not None else [])])
 
         def on_step(m: StepRecord) -> None:
             if as_json:

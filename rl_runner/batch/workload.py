@@ -129,7 +129,8 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
     seed, group_id = seed + g, f"{task.id}/{seed + g}"
     timings: dict[str, float] = {}
     t0 = time.monotonic()
-    traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=task.id, seed=seed,
+    traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
+                      bundle_digest=runtime.build.bundle_digest, task_id=task.id, seed=seed,
                       group_id=group_id)
     try:
         sandbox = sandboxes.acquire()

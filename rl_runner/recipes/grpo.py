@@ -69,6 +69,7 @@ from rl_runner.policy.router import Router
 from rl_runner.policy.server import VLLMServer
 from rl_runner.publish import PublishResult, WeightPublisher
 from rl_runner.recipes.config import Recipe
+from rl_runner.recipes.runlock import LOCK_NAME, check_resume, lock_entry, pinned_ref, read_lock, write_lock
 from rl_runner.rollout.chat import ChatFormat
 from rl_runner.rollout.loop import load_chat_format
 from rl_runner.rollout.runner import EpisodeSpec, run_agent
@@ -96,10 +97,13 @@ class TrainRun:
 # -- setup -----------------------------------------------------------------------------------
 
 
-def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None]) -> list[tuple[EnvRuntime, list[Task]]]:
+def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None],
+               locked: dict[str, dict[str, Any]] | None = None) -> list[tuple[EnvRuntime, list[Task]]]:
+    """Each environment resolved once, here (``locked``: a resumed run's lock, whose versions
+    refs without one keep)."""
     out: list[tuple[EnvRuntime, list[Task]]] = []
     for entry in recipe.envs:
-        runtime = EnvRuntime(resolve_environment(entry.ref), cpuset=cores.cpuset())
+        runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))), cpuset=cores.cpuset())
         if not out:  # the engine's answer is the same for every environment: asked once
             check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
@@ -362,7 +366,18 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     cores = _partition(recipe, cpu)
     (run_dir / "cores.json").write_text(json.dumps(cores.to_dict(), indent=2) + "\n")
     say(cores.describe())
-    loaded = _load_envs(recipe, cores, say)
+    if recipe.resume is not None and not (recipe.resume / "trainer.json").is_file():
+        raise UserError(f"`{recipe.resume}` is not a trainer checkpoint (no trainer.json)",
+                        "point at a folder written by the trainer (RUN_DIR/checkpoints/step-N)")
+    lock_dir = recipe.resume.resolve().parent.parent if recipe.resume is not None else None  # RUN/checkpoints/step-N
+    locked = read_lock(lock_dir) if lock_dir is not None else None
+    loaded = _load_envs(recipe, cores, say, locked)
+    entries = [lock_entry(entry.ref, runtime) for entry, (runtime, _tasks) in zip(recipe.envs, loaded, strict=True)]
+    if locked is not None and lock_dir is not None:
+        check_resume(locked, entries, lock_dir / LOCK_NAME)  # exit 2 before any model or sandbox starts
+    elif recipe.resume is not None:
+        say(f"{recipe.resume} comes from a run without {LOCK_NAME}: its environments cannot be checked")
+    write_lock(run_dir, entries)
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps, grad_clip=t.grad_clip, is_mode=t.is_mode,
                                                   is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,

@@ -48,6 +48,7 @@ class Trajectory:
     task_id: str
     seed: int
     group_id: str
+    bundle_digest: str = ""  # the environment's bundle (its content), beside the image it ran in
     prompt_token_ids: list[int] = field(default_factory=list)
     completion_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)

@@ -350,15 +350,38 @@ def test_in_flight_generation_is_kept_across_an_update(warm: Path, tmp_path: Pat
 
 
 def test_resume_continues_steps_versions_and_data(warm: Path, served: Any, tmp_path: Path):
-    """2 steps, then `resume:` from the step-2 checkpoint for 2 more in the same run folder:
+    """2 steps, then `--resume` from the step-2 checkpoint for 2 more in the same run folder:
     steps and versions continue (3, 4), the data cursor continues (no group is reused) and vLLM
-    serves the checkpoint's weights from a folder of their own."""
+    serves the checkpoint's weights from a folder of their own. The run's lock names the
+    environment's version, bundle digest and image; the trajectories carry the digest; a resume
+    after the environment changed is refused (exit 2, both digests named)."""
+    import shutil
+
     run_dir = tmp_path / "run"
+    env = tmp_path / "shellcmd"  # a copy of the recipe's environment, changed below
+    shutil.copytree(ROOT / "environments" / "shellcmd", env, ignore=shutil.ignore_patterns("envkit.lock"))
     common = [f"model={warm}", f"run_dir={run_dir}", "groups_per_step=1", "group_size=2", "concurrency=2", "eval.episodes=0",
-              "eval.before=false", "steps=2", f"policy_url={served.url}", "--json"]
+              "eval.before=false", "steps=2", f"policy_url={served.url}", f"envs=[{{ref: {env}, tasks: [system-info]}}]",
+              "--json"]
     first = _cli("train", str(RECIPE), *common, "checkpoint_every=1")
     assert first.returncode == 0, first.stderr[-3000:]
-    again = _cli("train", str(RECIPE), *common, f"resume={run_dir / 'checkpoints' / 'step-00002'}")
+    lock = json.loads((run_dir / "envkit-run.lock").read_text())["environments"]
+    assert [(e["ref"], e["resolved"]) for e in lock] == [(str(env), "envkit/shellcmd@1.0.0")]
+    digest = lock[0]["bundle_digest"]
+    assert digest.startswith("sha256:") and lock[0]["image_id"].startswith("sha256:")
+    assert {t.bundle_digest for t in read_jsonl(run_dir / "trajectories" / "step-00001.jsonl")} == {digest}
+
+    # the environment changes under the run: the resume is refused before anything starts
+    tasks = env / "tasks.jsonl"
+    original = tasks.read_text()
+    tasks.write_text(original.replace("Reply with the command only.", "Reply with the command alone."))
+    refused = _cli("train", str(RECIPE), *common[:-1], "--resume", str(run_dir / "checkpoints" / "step-00002"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    assert f"environment `{env}` resolves differently" in refused.stderr and digest in refused.stderr, refused.stderr
+    assert [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    tasks.write_text(original)
+
+    again = _cli("train", str(RECIPE), *common, "--resume", str(run_dir / "checkpoints" / "step-00002"))
     assert again.returncode == 0, again.stderr[-3000:]
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4] and [m["version"] for m in metrics] == [1, 2, 3, 4]
