@@ -22,6 +22,7 @@ from envkit.cli import (
     rollout_cmd,
     serve_cmd,
     train_cmd,
+    view_cmd,
 )
 from envkit.cli.output import err_console
 from envkit.errors import EnvkitError, UserError
@@ -38,6 +39,7 @@ dist_cmd.register(app)
 rollout_cmd.register(app)
 train_cmd.register(app)
 serve_cmd.register(app)
+view_cmd.register(app)
 app.add_typer(bench_cmd.bench_app, name="bench")
 app.add_typer(build_cmd.base_app, name="base")
 app.add_typer(registry_cmd.registry_app, name="registry")

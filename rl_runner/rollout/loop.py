@@ -4,8 +4,10 @@ fresh sandbox); model failures end the episode and keep the verifier's reward.""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
+from typing import Any
 
 from envkit.errors import FailureCategory, InfraFailure, ModelFailure, format_outcome
 from envkit.runtime import Episode
@@ -107,6 +109,7 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
         timings["generation_s"] = round(generation_s, 4)
         verdict = episode.verify()
         traj.reward = verdict.reward
+        traj.verifier = verifier_details(verdict.details)
         failure = episode.verify_failure or failure or episode.model_failure or episode.limit_failure
         if failure is not None:
             traj.outcome, traj.evidence = failure.outcome.label, failure.evidence
@@ -118,6 +121,13 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
     finally:
         episode.close()
         sandboxes.release(sandbox, reusable=reusable)
+
+
+def verifier_details(details: dict[str, Any], limit: int = 8000) -> dict[str, Any]:
+    """What the trajectory keeps of the verifier's details: all of them up to ``limit`` bytes of
+    JSON, else their start, marked cut."""
+    text = json.dumps(details, default=str, ensure_ascii=False)
+    return dict(details) if len(text) <= limit else {"cut": True, "bytes": len(text), "start": text[:limit]}
 
 
 def mark_aborted(traj: Trajectory) -> Trajectory:

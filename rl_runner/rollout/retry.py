@@ -38,11 +38,12 @@ def failure_record(describe: Callable[[], Trajectory], label: str, evidence: dic
 
 
 def excluded_after(describe: Callable[[], Trajectory], label: str, evidence: dict[str, Any],
-                   attempts: list[OutcomeLabel]) -> Trajectory:
+                   attempts: list[OutcomeLabel], attempt_evidence: list[dict[str, Any]] | None = None) -> Trajectory:
     traj = describe()
     traj.outcome, traj.evidence, traj.excluded = label, evidence, True
     traj.exclude_reason = f"{label} after {len(attempts)} attempts"
     traj.retries, traj.attempts = max(0, len(attempts) - 1), list(attempts)
+    traj.attempt_evidence = list(attempt_evidence or [])
     return traj
 
 
@@ -53,6 +54,7 @@ def run_attempts(attempt: Callable[[int, list[str]], Trajectory], *, max_retries
     :func:`failure_record`) or :class:`StopRetrying`. ``describe()`` makes the empty record of
     the episode."""
     attempts: list[OutcomeLabel] = []
+    evidence: list[dict[str, Any]] = []
     last: tuple[str, dict[str, Any]] = ("", {})
     for n in range(max_retries + 1):
         try:
@@ -63,8 +65,9 @@ def run_attempts(attempt: Callable[[int, list[str]], Trajectory], *, max_retries
         except EpisodeFailure as failure:
             traj = failure_record(describe, failure.outcome.label, failure.evidence)
         if not retryable(traj.outcome):
-            traj.retries, traj.attempts = n, list(attempts)
+            traj.retries, traj.attempts, traj.attempt_evidence = n, list(attempts), list(evidence)
             return traj
         last = (traj.outcome, traj.evidence)
         attempts.append(traj.outcome)
-    return excluded_after(describe, last[0], last[1], attempts)
+        evidence.append(dict(traj.evidence))
+    return excluded_after(describe, last[0], last[1], attempts, evidence)

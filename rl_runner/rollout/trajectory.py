@@ -57,8 +57,10 @@ class Trajectory:
     reward: float | None = None
     outcome: _OutcomeField = _OutcomeField()
     evidence: dict[str, Any] = field(default_factory=dict)
+    verifier: dict[str, Any] = field(default_factory=dict)  # the verifier's own details (its output; cut at 8 kB)
     retries: int = 0
     attempts: list[OutcomeLabel] = field(default_factory=list)  # outcomes of the failed attempts before this one
+    attempt_evidence: list[dict[str, Any]] = field(default_factory=list)  # and their evidence, in the same order
     excluded: bool = False
     exclude_reason: str = ""
     turns: int = 0
