@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 SPEC_FILE = "envkit.toml"
+README_FILE = "README.md"  # bundled when present (envkit publish; the registry page renders it)
 SPEC_VERSION = 1
 BASE_IMAGE_NAME = "envkit/base"
 
@@ -320,6 +321,8 @@ class LoadedEnvironment:
     def bundle_paths(self) -> list[str]:
         """Relative paths the source bundle holds (folders expand to their files)."""
         paths = {SPEC_FILE, self.spec.tasks.file}
+        if (self.root / README_FILE).is_file():  # what the environment is, for people: the registry's page shows it
+            paths.add(README_FILE)
         paths.update(p.rstrip("/") for p in self.spec.image.files)
         state = self.spec.state
         if state.repo is not None:

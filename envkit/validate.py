@@ -77,13 +77,15 @@ class ValidationReport:
         outcomes = [parse_outcome(o) for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
         infra: dict[str, int] = {}
         for o in outcomes:
-            if o.retryable:
+            if o.category is FailureCategory.INFRA:
                 infra[o.kind] = infra.get(o.kind, 0) + 1
         times = [s for t in self.tasks for s in t.episode_seconds if s > 0]
         figures: dict[str, Any] = {
             "episodes": len(outcomes),
             "infra_failures": infra,
             "model_failures": sum(o.category is FailureCategory.MODEL for o in outcomes),
+            "verifier_failures": sum(o.category is FailureCategory.VERIFIER for o in outcomes),
+            "run": f"envkit validate {self.env} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
             "oracle_pass_rate": round(sum(t.oracle_reward == 1.0 for t in self.tasks) / len(self.tasks), 4) if self.tasks else None,
             "p50_episode_s": round(percentile(times, 50), 3) if times else None,
             "p95_episode_s": round(percentile(times, 95), 3) if times else None,

@@ -148,9 +148,19 @@ def get_version(session: Session, *, namespace: str, name: str, version: str) ->
     raise RegistryError(404, f"`{namespace}/{name}` has no version {version}", f"available: {available or 'none'}")
 
 
+def namespace_names(session: Session) -> list[str]:
+    """Namespaces that hold at least one environment."""
+    return list(session.scalars(select(Namespace.name).join(Environment).distinct().order_by(Namespace.name)))
+
+
 def list_environments(session: Session, *, q: str = "", kind: str | None = None, offset: int = 0,
-                      limit: int = 20) -> tuple[list[Environment], int]:
+                      limit: int = 20, namespace: str | None = None,
+                      has_health: bool = False) -> tuple[list[Environment], int]:
     stmt = select(Environment).join(Namespace)
+    if namespace:
+        stmt = stmt.where(Namespace.name == namespace)
+    if has_health:
+        stmt = stmt.where(select(HealthReport.id).join(Version).where(Version.environment_id == Environment.id).exists())
     if q:
         like = f"%{q.lower()}%"
         stmt = stmt.where(or_(func.lower(Environment.name).like(like), func.lower(Namespace.name).like(like),
@@ -225,16 +235,44 @@ def set_deprecated(session: Session, *, version: Version, successor: str | None)
     return version
 
 
-def add_health(session: Session, *, version: Version, reporter: User, figures: dict[str, Any]) -> HealthReport:
-    report = HealthReport(version_id=version.id, reporter_id=reporter.id, **figures)
+def add_health(session: Session, *, version: Version, token: Token, figures: dict[str, Any], per_hour: int) -> HealthReport:
+    """Record one run's figures, with who sent them: the token (and whether it is one of the
+    environment's namespace) and the run it names. A token may send ``per_hour`` reports per
+    version per hour; past that, 429."""
+    since = utcnow() - dt.timedelta(hours=1)
+    recent = session.scalar(select(func.count()).select_from(HealthReport).where(
+        HealthReport.token_id == token.public_id, HealthReport.version_id == version.id,
+        HealthReport.created_at >= since)) or 0
+    if recent >= per_hour:
+        raise RegistryError(429, f"this token has sent {recent} health reports for this version in the last hour "
+                            f"(the limit is {per_hour})", "send fewer, aggregated reports (one per run), or try later")
+    namespace = version.environment.namespace.name
+    report = HealthReport(version_id=version.id, reporter_id=token.user.id, token_id=token.public_id,
+                          own=namespace in token_namespaces(token), **figures)
     session.add(report)
     session.commit()
     session.refresh(version)
     return report
 
 
-def health_summary(version: Version) -> HealthSummary:
-    reports = version.health
+def health_timeline(version: Version) -> list[dict[str, Any]]:
+    """Each report of a version, oldest first, as the page's chart plots it."""
+    out = []
+    for r in sorted(version.health, key=lambda r: (aware(r.created_at), r.id)):
+        probes = r.probes or {}
+        out.append({"at": aware(r.created_at), "episodes": r.episodes, "own": bool(r.own), "reporter": r.reporter.name,
+                    "run": r.run or "", "infra_failure_rate": sum((r.infra_failures or {}).values()) / r.episodes,
+                    "verifier_failure_rate": (r.verifier_failures or 0) / r.episodes,
+                    "oracle_pass_rate": r.oracle_pass_rate,
+                    "probes_beaten": len(probes.get("beaten") or {}) if r.probes else None})
+    return out
+
+
+def health_summary(version: Version, *, own: bool | None = None) -> HealthSummary:
+    """The aggregate of a version's reports: all of them, or only those from the namespace's
+    own tokens (``own=True``) or from anyone else's (``own=False``)."""
+    everyone = version.health
+    reports = [r for r in everyone if own is None or bool(r.own) == own]
     if not reports:
         return HealthSummary()
     episodes = sum(r.episodes for r in reports)
@@ -250,10 +288,13 @@ def health_summary(version: Version) -> HealthSummary:
         return round(sum(v * w for v, w in pairs) / total, 4) if total else None
 
     probed = max((r for r in reports if r.probes), key=lambda r: r.id, default=None)  # the newest report with probes
+    verifier = sum(r.verifier_failures or 0 for r in reports)
     return HealthSummary(
         reports=len(reports), episodes=episodes, infra_failures=infra,
         infra_failure_rate=round(sum(infra.values()) / episodes, 4), model_failures=model,
-        model_failure_rate=round(model / episodes, 4), oracle_pass_rate=weighted("oracle_pass_rate"),
+        model_failure_rate=round(model / episodes, 4), verifier_failures=verifier,
+        verifier_failure_rate=round(verifier / episodes, 4), own_reports=sum(1 for r in everyone if r.own),
+        other_reports=sum(1 for r in everyone if not r.own), oracle_pass_rate=weighted("oracle_pass_rate"),
         p50_episode_s=weighted("p50_episode_s"), p95_episode_s=weighted("p95_episode_s"),
         probes=ProbeSummary(**(probed.probes or {}), reported_at=probed.created_at) if probed is not None else None,
     )

@@ -13,7 +13,7 @@ __all__ = ["RegistryError", "install_handlers"]
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
           409: "conflict", 411: "length_required", 413: "too_large", 415: "unsupported_media_type",
-          422: "invalid", 500: "internal"}
+          422: "invalid", 429: "too_many_requests", 500: "internal"}
 
 
 class RegistryError(Exception):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 __all__ = ["Base", "Blob", "Environment", "HealthReport", "Namespace", "Token", "TokenScope", "User", "Version", "utcnow"]
@@ -108,6 +109,7 @@ class HealthReport(Base):
     """Figures one run reports for one version; the API and pages show their aggregate."""
 
     __tablename__ = "health_reports"
+    __table_args__ = (Index("ix_health_reports_token_version_time", "token_id", "version_id", "created_at"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"), index=True)
     reporter_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
@@ -118,5 +120,10 @@ class HealthReport(Base):
     p50_episode_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     p95_episode_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     probes: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # hack-probe results (validate --probes)
+    verifier_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    token_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the reporting token's public id
+    run: Mapped[str | None] = mapped_column(String(200), nullable=True)  # the run it came from, as the reporter names it
+    own: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())  # a token of the namespace's
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     version: Mapped[Version] = relationship(back_populates="health")
+    reporter: Mapped[User] = relationship()

@@ -49,6 +49,10 @@ class HealthSummary(BaseModel):
     infra_failure_rate: float | None = None
     model_failures: int = 0
     model_failure_rate: float | None = None
+    verifier_failures: int = 0
+    verifier_failure_rate: float | None = None
+    own_reports: int = Field(default=0, description="reports sent with a token of the environment's namespace")
+    other_reports: int = Field(default=0, description="reports sent by anyone else's token")
     oracle_pass_rate: float | None = None
     p50_episode_s: float | None = None
     p95_episode_s: float | None = None
@@ -132,6 +136,9 @@ class HealthCreate(BaseModel):
     episodes: int = Field(ge=1, le=10_000_000)
     infra_failures: dict[FailureKind, Count] = Field(default_factory=dict, max_length=100)
     model_failures: Count = 0
+    verifier_failures: Count = 0
+    run: str | None = Field(default=None, max_length=200, pattern=r"^[\x20-\x7e]*$",
+                            description="the run the figures come from, as the reporter names it")
     oracle_pass_rate: float | None = Field(default=None, ge=0, le=1)
     p50_episode_s: float | None = Field(default=None, ge=0, le=1e7)
     p95_episode_s: float | None = Field(default=None, ge=0, le=1e7)

@@ -23,6 +23,7 @@ class Settings(BaseModel):
     max_bundle_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)  # uncompressed
     max_bundle_entries: int = Field(default=100_000, ge=10)
     page_size_max: int = Field(default=100, ge=1, le=1000)
+    health_reports_per_hour: int = Field(default=60, ge=1)  # per token and version; more are refused (429)
     public_url: str = ""
 
     @model_validator(mode="after")

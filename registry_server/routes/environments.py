@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from registry_server import crud
 from registry_server.deps import SessionDep, SettingsDep, StoreDep
 from registry_server.errors import RegistryError
-from registry_server.routes.params import Name, Namespace, VersionOrLatest
+from registry_server.routes.params import NS_PATTERN, Name, Namespace, VersionOrLatest
 from registry_server.schemas import EnvironmentDetail, EnvironmentPublic, Page, VersionDetail
 
 router = APIRouter(prefix="/environments", tags=["environments"])
@@ -20,12 +20,15 @@ router = APIRouter(prefix="/environments", tags=["environments"])
 def list_environments(
     session: SessionDep, settings: SettingsDep,
     q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$", description="search in namespace, name and description")] = "",
-    kind: Annotated[Literal["repo", "api", "website"] | None, Query()] = None,
+    kind: Annotated[Literal["repo", "api", "website", "container"] | None, Query()] = None,
+    namespace: Annotated[str | None, Query(min_length=2, max_length=64, pattern=NS_PATTERN)] = None,
+    has_health: Annotated[bool, Query(description="only environments with at least one health report")] = False,
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
     page_size: Annotated[int, Query(ge=1, le=1000)] = 20,
 ) -> Page[EnvironmentPublic]:
     size = min(page_size, settings.page_size_max)
-    rows, count = crud.list_environments(session, q=q, kind=kind, offset=(page - 1) * size, limit=size)
+    rows, count = crud.list_environments(session, q=q, kind=kind, namespace=namespace, has_health=has_health,
+                                         offset=(page - 1) * size, limit=size)
     return Page[EnvironmentPublic](data=[crud.environment_public(e) for e in rows], count=count)
 
 

@@ -15,8 +15,9 @@ FAKE_IMAGE = "sha256:" + "ab" * 32
 
 
 def make_pyfix_bundle(tmp_path: Path, *, name: str = "envkit/pyfix", version: str = "1.0.0", salt: str = "",
-                      description: str | None = None) -> Bundle:
-    folder = tmp_path / f"src-{hashlib.sha1(f'{name}{version}{salt}{description}'.encode()).hexdigest()[:10]}"
+                      description: str | None = None, readme: bytes | None = None) -> Bundle:
+    key = f"{name}{version}{salt}{description}{hashlib.sha1(readme).hexdigest() if readme is not None else ''}"
+    folder = tmp_path / f"src-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     if folder.exists():
         shutil.rmtree(folder)
     shutil.copytree(PYFIX, folder, ignore=shutil.ignore_patterns("envkit.lock"))
@@ -27,6 +28,8 @@ def make_pyfix_bundle(tmp_path: Path, *, name: str = "envkit/pyfix", version: st
     spec.write_text(text)
     if salt:
         (folder / "repo" / "SALT").write_text(salt)
+    if readme is not None:
+        (folder / "README.md").write_bytes(readme)
     return make_bundle(load_environment(folder))
 
 

@@ -203,3 +203,27 @@ def test_a_container_environment_is_shown_as_not_reproducible(registry, tmp_path
         page = c.get(registry.url + "/e/envkit/harbor-testset")
         assert page.status_code == 200 and "not reproducible" in page.text
         assert "not reproducible" not in c.get(registry.url + "/e/envkit/pyfix").text
+
+
+def test_health_reports_say_who_sent_them_and_are_rate_limited(registry, tmp_path):
+    registry.settings.health_reports_per_hour = 3  # the live server reads the same settings
+    figures = {"episodes": 10, "infra_failures": {"sandbox_start": 1}, "model_failures": 2, "verifier_failures": 1,
+               "oracle_pass_rate": 1.0}
+    with registry.client(registry.token) as alice, registry.client(registry.other_token) as bob:
+        assert put(alice, make_pyfix_bundle(tmp_path)).status_code == 201
+        url = "/environments/envkit/pyfix/versions/1.0.0/health"
+        mine = alice.post(url, json={**figures, "run": "runs/nightly-42"})
+        assert mine.status_code == 201, mine.text
+        theirs = bob.post(url, json={**figures, "infra_failures": {}, "verifier_failures": 0})
+        assert theirs.status_code == 201, theirs.text
+        health = theirs.json()
+        assert (health["own_reports"], health["other_reports"], health["reports"]) == (1, 1, 2)
+        assert health["verifier_failures"] == 1 and health["verifier_failure_rate"] == 0.05
+        assert health["infra_failures"] == {"sandbox_start": 1}  # verifier failures are counted apart
+        for _ in range(2):
+            assert bob.post(url, json=figures).status_code == 201
+        assert_error(bob.post(url, json=figures), 429, "too_many_requests", "in the last hour")  # bob's 4th this hour
+        assert alice.post(url, json=figures).status_code == 201  # per token: alice's second is fine
+        assert_error(bob.post(url, json={**figures, "run": "bad\nrun"}), 422, "invalid")
+        version = alice.get("/environments/envkit/pyfix/versions/1.0.0").json()
+        assert (version["health"]["own_reports"], version["health"]["other_reports"]) == (2, 3)

@@ -17,4 +17,4 @@ def test_migrations_match_models(db_url):
         version = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     engine.dispose()
     assert diff == []
-    assert version == "0002"
+    assert version == "0003"

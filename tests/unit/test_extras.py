@@ -161,7 +161,7 @@ def test_provides_lists_the_modules_of_each_extra_in_pyproject():
 
 def test_core_dependencies_hold_no_extra():
     core = {_name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
-    assert core == {"pydantic", "typer", "rich", "docker", "requests", "httpx", "gymnasium"}
+    assert core == {"pydantic", "typer", "rich", "markdown-it-py", "docker", "requests", "httpx", "gymnasium"}
 
 
 def test_cpu_and_gpu_repeat_train_exactly():
