@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from envkit.errors import EnvRefError
 
-__all__ = ["EnvRef", "format_env_ref", "is_prerelease", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEMVER_RE"]
+__all__ = ["EnvRef", "format_env_ref", "is_prerelease", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEGMENT", "SEMVER_RE"]
 
-_SEGMENT = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"
-NAME_RE = re.compile(rf"^{_SEGMENT}$")
+SEGMENT = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"  # one namespace or name
+NAME_RE = re.compile(rf"^{SEGMENT}$")
 # The regular expression published with the Semantic Versioning 2.0.0 specification.
 SEMVER_RE = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"

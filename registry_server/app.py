@@ -9,6 +9,7 @@ from registry_server.db import make_engine, make_sessionmaker
 from registry_server.errors import install_handlers
 from registry_server.migrate import upgrade
 from registry_server.routes import environments, health, tokens, versions
+from registry_server.schemas import error_responses
 from registry_server.settings import Settings
 from registry_server.storage import make_store
 from registry_server.web import pages
@@ -23,6 +24,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
         title="envkit registry", version=__version__,
         description="Versioned, content-addressed environments for LLM-agent RL. Reads are public; writes need a token.",
         docs_url="/docs", redoc_url=None, openapi_url="/api/v1/openapi.json",
+        responses=error_responses(400, 401, 404, 422, 500),  # any route (a bad token is refused on reads too)
     )
     app.state.settings = settings
     app.state.engine = engine

@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 __all__ = ["RegistryError", "install_handlers"]
 
@@ -34,6 +35,15 @@ def error_body(code: str, message: str, hint: str = "", details: Any = None) -> 
     return {"error": body}
 
 
+def _allowed(request: Request) -> set[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return methods
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RegistryError)
     async def _registry(_request: Request, exc: RegistryError) -> JSONResponse:
@@ -41,10 +51,13 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.code, exc.message, exc.hint, exc.details), status_code=exc.status, headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = _CODES.get(exc.status_code, "error")
         hint = "see /docs for the API" if exc.status_code in (404, 405) else ""
-        return JSONResponse(error_body(code, str(exc.detail), hint), status_code=exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method the path takes, over all its routes (Starlette names one route's)
+            headers["Allow"] = ", ".join(sorted(_allowed(request)))
+        return JSONResponse(error_body(code, str(exc.detail), hint), status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -7,9 +7,9 @@ from fastapi import APIRouter
 from registry_server import crud
 from registry_server.deps import CurrentToken, SessionDep, SettingsDep
 from registry_server.routes.params import Name, Namespace, VersionParam
-from registry_server.schemas import HealthCreate, HealthSummary
+from registry_server.schemas import HealthCreate, HealthSummary, error_responses
 
-router = APIRouter(prefix="/environments", tags=["health"])
+router = APIRouter(prefix="/environments", tags=["health"], responses=error_responses(429))
 
 
 @router.post("/{namespace}/{name}/versions/{version}/health", response_model=HealthSummary, status_code=201)

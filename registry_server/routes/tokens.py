@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path
 
 from registry_server import crud
 from registry_server.deps import CurrentToken, SessionDep
-from registry_server.schemas import TokenCreate, TokenCreated, TokenPublic
+from registry_server.schemas import TokenCreate, TokenCreated, TokenPublic, error_responses
 
-router = APIRouter(prefix="/tokens", tags=["tokens"])
+router = APIRouter(prefix="/tokens", tags=["tokens"], responses=error_responses(403))
 
 
 @router.post("", response_model=TokenCreated, status_code=201)

@@ -13,9 +13,9 @@ from registry_server.db import begin_write
 from registry_server.deps import CurrentToken, SessionDep, SettingsDep, StoreDep, require_namespace
 from registry_server.errors import RegistryError
 from registry_server.routes.params import Name, Namespace, VersionParam
-from registry_server.schemas import DeprecateCreate, PublishResult, VersionPublic, YankCreate
+from registry_server.schemas import DeprecateCreate, PublishResult, VersionPublic, YankCreate, error_responses
 
-router = APIRouter(prefix="/environments", tags=["versions"])
+router = APIRouter(prefix="/environments", tags=["versions"], responses=error_responses(403, 409, 411, 413, 415))
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 
@@ -86,12 +86,4 @@ def deprecate(session: SessionDep, token: CurrentToken, namespace: Namespace, na
     """Mark a version deprecated, naming its successor (ns/name@version)."""
     require_namespace(token, namespace)
     row = crud.get_version(session, namespace=namespace, name=name, version=version)
-    if body.successor:
-        from envkit.errors import EnvRefError
-        from envkit.refs import parse_env_ref
-
-        try:
-            parse_env_ref(body.successor)
-        except EnvRefError as e:
-            raise RegistryError(422, f"successor: {e.message}", e.hint) from None
     return crud.version_public(crud.set_deprecated(session, version=row, successor=body.successor))
