@@ -107,9 +107,10 @@ class LocalRayCluster:
                     os.killpg(p.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + 5  # `ray start --block` took ~30 s to act on TERM here; nothing of it is kept
         for p in self.procs:
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
             try:  # whatever of the node is left (its raylet, GCS, workers share its process group)

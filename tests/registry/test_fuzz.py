@@ -1,7 +1,8 @@
 """The registry keeps its own contract: schemathesis with every check (`--checks all`: server
 errors, status codes and response bodies as declared, timestamps as RFC 3339, schema-valid
 requests accepted and invalid ones refused, 405 with `Allow` for undeclared methods, …) and
-the stateful phase, 60 examples per operation, on SQLite and PostgreSQL: zero failures.
+the stateful phase, 60 examples per operation, on SQLite (the schema is the same on PostgreSQL, and
+SQLite is where stored times come back without their offset): zero failures.
 tests/registry/schemathesis.toml states the one exception (a publish body the schema cannot
 describe: a tar that hashes to its digest)."""
 
@@ -20,6 +21,7 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the contract is the schema's: one database (44 s) suffices
 def test_the_api_keeps_its_contract(registry, tmp_path):
     with registry.client(registry.token) as c:  # some data, so reads and the stateful phase find something
         assert put(c, make_pyfix_bundle(tmp_path)).status_code == 201

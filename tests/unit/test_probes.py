@@ -59,4 +59,5 @@ def test_the_health_figures_count_failures_by_who_caused_them():
     report = ValidationReport("ns/env@1.0.0", "sha256:" + "0" * 64, tasks, {"ok": True, "seed": 0, "hashes": []}, 1.0)
     figures = report.health_figures()
     assert figures["episodes"] == 5 and figures["model_failures"] == 1
-    assert figures["infra_failures"] == {"sandbox_start": 2, "bad_output": 1}
+    assert figures["infra_failures"] == {"sandbox_start": 2} and figures["verifier_failures"] == 1  # the verifier's apart
+    assert figures["run"].startswith("envkit validate ns/env@1.0.0 at ")
