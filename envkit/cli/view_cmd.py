@@ -40,9 +40,8 @@ def register(app: typer.Typer) -> None:
         except OSError as e:
             raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}", "choose another --port, or 0 for any free one") from None
         bound = sock.getsockname()[1]
-        bad = sum(1 for e in index.entries if e.error)
         err_console.print(f"{len(index.entries)} trajectories in {len(index.files)} file(s)"
-                          + (f", {bad} unreadable line(s)" if bad else "")
+                          + (f", {index.unreadable} unreadable line(s)" if index.unreadable else "")
                           + f"; tokens rendered with {tok or 'no tokenizer (ids shown)'}")
         console.print(f"http://127.0.0.1:{bound}/", soft_wrap=True)
         server = uvicorn.Server(uvicorn.Config(make_app(index, tok, str(target)), log_level="warning"))

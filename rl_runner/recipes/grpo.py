@@ -75,7 +75,7 @@ from rl_runner.rollout.loop import load_chat_format
 from rl_runner.rollout.runner import EpisodeSpec, run_agent
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
 from rl_runner.trainer.losses import group_advantages
-from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
+from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig, check_checkpoint
 
 __all__ = ["Refused", "TrainRun", "admit", "step_record", "train", "with_advantages"]
 
@@ -366,10 +366,7 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     cores = _partition(recipe, cpu)
     (run_dir / "cores.json").write_text(json.dumps(cores.to_dict(), indent=2) + "\n")
     say(cores.describe())
-    if recipe.resume is not None and not (recipe.resume / "trainer.json").is_file():
-        raise UserError(f"`{recipe.resume}` is not a trainer checkpoint (no trainer.json)",
-                        "point at a folder written by the trainer (RUN_DIR/checkpoints/step-N)")
-    lock_dir = recipe.resume.resolve().parent.parent if recipe.resume is not None else None  # RUN/checkpoints/step-N
+    lock_dir = check_checkpoint(recipe.resume).resolve().parent.parent if recipe.resume is not None else None  # RUN/checkpoints/step-N
     locked = read_lock(lock_dir) if lock_dir is not None else None
     loaded = _load_envs(recipe, cores, say, locked)
     entries = [lock_entry(entry.ref, runtime) for entry, (runtime, _tasks) in zip(recipe.envs, loaded, strict=True)]

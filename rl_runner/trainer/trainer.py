@@ -27,7 +27,16 @@ import torch
 from envkit.errors import UserError
 from rl_runner.trainer.losses import ISMode, k3, policy_loss
 
-__all__ = ["Sample", "Trainer", "TrainerConfig"]
+__all__ = ["Sample", "Trainer", "TrainerConfig", "check_checkpoint"]
+
+
+def check_checkpoint(ckpt_dir: str | Path) -> Path:
+    """``ckpt_dir`` as a path, if it is a folder the trainer wrote; else a clear error."""
+    path = Path(ckpt_dir)
+    if not (path / "trainer.json").is_file():
+        raise UserError(f"`{path}` is not a trainer checkpoint (no trainer.json)",
+                        "point at a folder written by the trainer (RUN_DIR/checkpoints/step-N)")
+    return path
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -224,10 +233,7 @@ class Trainer:
     def load_checkpoint(self, ckpt_dir: str | Path) -> None:
         from safetensors.torch import load_model
 
-        path = Path(ckpt_dir)
-        if not (path / "trainer.json").is_file():
-            raise UserError(f"`{path}` is not a trainer checkpoint (no trainer.json)",
-                            "point at a folder written by the trainer (RUN_DIR/checkpoints/step-N)")
+        path = check_checkpoint(ckpt_dir)
         missing, unexpected = load_model(self.model, path / "model.safetensors", strict=False, device=str(self.device))
         if missing or unexpected:
             raise UserError(f"checkpoint `{path}` does not fit this model (missing {sorted(missing)[:3]}, "

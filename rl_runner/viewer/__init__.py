@@ -58,6 +58,8 @@ class Entry:
 class TrajectoryIndex:
     files: list[Path]
     entries: list[Entry] = field(default_factory=list)
+    choices: dict[str, list[str]] = field(default_factory=dict)  # the filters' values (set by scan)
+    unreadable: int = 0  # lines that are not trajectories (set by scan)
 
     @classmethod
     def scan(cls, target: Path) -> TrajectoryIndex:
@@ -77,6 +79,7 @@ class TrajectoryIndex:
             index._scan_file(i, path)
         if not index.entries:
             raise UserError(f"the trajectory files of `{target}` are empty", "give a run that has collected at least one step")
+        index._summarise()
         return index
 
     def _scan_file(self, file: int, path: Path) -> None:
@@ -93,11 +96,13 @@ class TrajectoryIndex:
             f.seek(entry.offset)
             return dict(json.loads(f.read(entry.length)))
 
-    def choices(self) -> dict[str, list[str]]:
-        """The values the list's filters offer."""
+    def _summarise(self) -> None:
+        """What the list shows on every page whatever its filters, computed once: the values the
+        filters offer, and how many lines are not trajectories."""
         def ranked(key: str) -> list[str]:
             return [v for v, _ in Counter(getattr(e, key) for e in self.entries if not e.error).most_common()]
-        return {"env": sorted(ranked("env")), "task": sorted(ranked("task")), "outcome": ranked("outcome")}
+        self.choices = {"env": sorted(ranked("env")), "task": sorted(ranked("task")), "outcome": ranked("outcome")}
+        self.unreadable = sum(1 for e in self.entries if e.error)
 
 
 def _entry(n: int, file: int, line: int, offset: int, length: int, raw: bytes) -> Entry:
@@ -276,15 +281,15 @@ def make_app(index: TrajectoryIndex, tokenizer: Path | None, title: str) -> Any:
         pages = max(1, math.ceil(len(rows) / page_size))
         shown = rows[(page - 1) * page_size: page * page_size]
         rewards = [e.reward for e in rows if e.reward is not None]
-        bad = sum(1 for e in index.entries if e.error)
-        summary = {"shown": sum(1 for e in rows if not e.error), "total": len(index.entries) - bad, "unreadable": bad,
+        summary = {"shown": sum(1 for e in rows if not e.error), "total": len(index.entries) - index.unreadable,
+                   "unreadable": index.unreadable,
                    "mean_reward": sum(rewards) / len(rewards) if rewards else None,
                    "outcomes": Counter(e.outcome for e in rows if not e.error).most_common(6)}
         query = {k: v for k, v in {"env": env, "task": task, "outcome": outcome, "min_reward": low,
                                    "max_reward": high, "retried": retried or "", "unreadable": unreadable or "",
                                    "sort": sort if sort != "order" else ""}.items() if v not in ("", None)}
         return templates.TemplateResponse(request, "list.html", {
-            "title": title, "rows": shown, "files": index.files, "summary": summary, "choices": index.choices(),
+            "title": title, "rows": shown, "files": index.files, "summary": summary, "choices": index.choices,
             "f": {"env": env, "task": task, "outcome": outcome, "min_reward": low, "max_reward": high,
                   "retried": retried, "unreadable": unreadable, "sort": sort}, "notices": notices,
             "page": page, "pages": pages, "query": query})
