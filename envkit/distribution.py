@@ -28,7 +28,7 @@ from envkit.errors import BuildError, EnvkitError, UserError
 from envkit.images import build_from_bundle, image_tag
 from envkit.kinds import build, kind_of
 from envkit.refs import EnvRef, parse_env_ref
-from envkit.spec import LoadedEnvironment, load_environment
+from envkit.spec import PULLED_MARKER, LoadedEnvironment, load_environment
 from envkit.staging import staged_folder
 
 __all__ = ["PublishResult", "PullResult", "cache_dir", "publish", "pull"]
@@ -132,7 +132,7 @@ def pull(ref: str | EnvRef, *, registry: Registry) -> PullResult:
     version_ref = parse_env_ref(meta["ref"])
     assert version_ref.version is not None
     folder = cache_dir() / "envs" / version_ref.namespace / version_ref.name / version_ref.version
-    marker = folder / ".envkit-pulled.json"
+    marker = folder / PULLED_MARKER
     if marker.is_file() and json.loads(marker.read_text()).get("bundle_digest") == meta["bundle_digest"]:
         data = None
     else:

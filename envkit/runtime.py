@@ -31,7 +31,9 @@ from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure, Outcome, V
 from envkit.images import BuildResult
 from envkit.kinds import EnvKind, SandboxSpec, kind_of
 from envkit.records import EpisodeResult, StepRecord, VerifyResult
+from envkit.engine import connect
 from envkit.sandbox import AGENT, ExecResult, ResetResult, Sandbox, SandboxLimits
+from envkit.sandbox.runtimes import choose_runtime
 from envkit.spec import LoadedEnvironment, Task
 from envkit.tools import TOOL_ARGUMENTS
 
@@ -45,14 +47,21 @@ class EnvRuntime:
     """A built environment plus the means to run episodes on it."""
 
     def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None,
-                 backend: Any | None = None, cpuset: str | None = None) -> None:
+                 backend: Any | None = None, cpuset: str | None = None, runtime: str | None = None) -> None:
         """``backend``: where sandboxes come from when not this machine's Docker (a cluster's
         rollout worker passes one that refuses: its sandboxes come from sandbox hosts).
-        ``cpuset``: the cores every sandbox is confined to (a runner's CPU partition)."""
+        ``cpuset``: the cores every sandbox is confined to (a runner's CPU partition).
+        ``runtime``: runc or gvisor as the user asked (``--runtime``); None: as
+        :func:`envkit.sandbox.runtimes.choose_runtime` decides (pulled environments under gVisor)."""
         self.env = env
         self.kind: EnvKind = kind_of(env.spec)
+        if backend is None and client is None:
+            client = connect()
+        self.runtime_choice = choose_runtime(env.spec.limits.runtime, pulled=env.pulled, network=env.spec.limits.network,
+                                             requested=runtime, client=client if backend is None else None)
         self.build = build_result or self.kind.build(env, client=client)
-        self.limits = dataclasses.replace(SandboxLimits.from_spec(env.spec.limits), cpuset=cpuset)
+        self.limits = dataclasses.replace(SandboxLimits.from_spec(env.spec.limits), cpuset=cpuset,
+                                          runtime=self.runtime_choice.runtime)
         self._spec = self.kind.sandbox_spec(env, self.build, self.limits, {"org.envkit.env": env.ref})
         self.backend: Any = backend if backend is not None else self._spec.backend(client=client)
         self._first_hash: dict[tuple[int, str], str] = {}

@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 SPEC_FILE = "envkit.toml"
+PULLED_MARKER = ".envkit-pulled.json"  # written by `envkit pull` beside the unpacked bundle
 README_FILE = "README.md"  # bundled when present (envkit publish; the registry page renders it)
 SPEC_VERSION = 1
 BASE_IMAGE_NAME = "envkit/base"
@@ -169,6 +170,9 @@ class LimitsSection(_Strict):
     network: Literal["none", "bridge"] = "none"
     max_turns: int = Field(default=20, ge=1, le=1000)  # model turns per episode (agent loop)
     max_generated_tokens: int = Field(default=4096, ge=16, le=1_000_000)  # model tokens per episode
+    # The OCI runtime its sandboxes ask for (envkit.sandbox.runtimes decides: the user's choice
+    # wins, and a pulled environment may ask for gvisor, never lower itself to runc)
+    runtime: Literal["runc", "gvisor"] | None = None
 
 
 # The tools envkit implements (envkit/runtime.py's TOOL_ARGUMENTS); the agent edits files with bash.
@@ -317,6 +321,11 @@ class LoadedEnvironment:
     @property
     def ref(self) -> str:
         return f"{self.spec.environment.name}@{self.spec.environment.version}"
+
+    @property
+    def pulled(self) -> bool:
+        """Whether this folder was pulled from a registry (someone else's environment)."""
+        return (self.root / PULLED_MARKER).is_file()
 
     def bundle_paths(self) -> list[str]:
         """Relative paths the source bundle holds (folders expand to their files)."""

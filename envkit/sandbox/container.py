@@ -46,6 +46,7 @@ from envkit.sandbox.docker_backend import (
     SANDBOX_LABEL,
     DockerSandbox,
     attach_channel,
+    guest_args,
     limit_options,
     remove_labelled,
     start_container,
@@ -99,13 +100,12 @@ class ContainerBackend:
     """Creates sandboxes for a container environment; each gets its task's image at reset."""
 
     def __init__(self, env: LoadedEnvironment, task_images: dict[str, str], limits: SandboxLimits, *,
-                 client: Any | None = None, labels: dict[str, str] | None = None, runtime: str | None = None) -> None:
+                 client: Any | None = None, labels: dict[str, str] | None = None) -> None:
         self.env = env
         self.client = client or connect()
         self.task_images = task_images
         self.limits = limits
         self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
-        self.runtime = runtime
         self.channel_off = ""
         self._volume: str | None = None
         self._configs: dict[str, dict[str, Any]] = {}
@@ -140,11 +140,11 @@ class ContainerBackend:
         if image is None:
             raise InfraFailure("image_missing", f"no image was built for task {task.id}", hint="run `envkit build` for this environment")
         limits = self.task_limits(task)
-        opts: dict[str, Any] = dict(**limit_options(limits, self.runtime), labels={**self.labels, "org.envkit.task": task.id},
+        opts: dict[str, Any] = dict(**limit_options(limits), labels={**self.labels, "org.envkit.task": task.id},
                                     shm_size="64m")
         volume = self.channel_volume()
         if volume is not None:  # the command channel is the main process, on the carried Python
-            opts.update(entrypoint=channel_command(), command=[], stdin_open=True, log_config={"type": "none", "config": {}},
+            opts.update(entrypoint=channel_command(), command=guest_args(limits), stdin_open=True, log_config={"type": "none", "config": {}},
                         mounts=[Mount(MOUNT, volume, type="volume", read_only=True)])
         else:
             opts.update(entrypoint=["sleep"], command=["infinity"])

@@ -90,6 +90,7 @@ from envkit.base import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
+from envkit.sandbox.runtimes import ENGINE_NAMES
 
 __all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "attach_channel", "limit_options", "remove_labelled", "start_container"]
 
@@ -340,6 +341,7 @@ class DockerSandbox:
     _lost: BaseException | None = field(default=None, repr=False)  # how the channel's container was lost, once it was
     _channel: _Channel | None = field(default=None, repr=False)  # the service user's
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _oom_file: str | None = field(default=None, repr=False)  # gVisor: the host cgroup's OOM counter ("" unreadable)
 
     @property
     def id(self) -> str:
@@ -350,8 +352,30 @@ class DockerSandbox:
         return self.container.client.api
 
     # -- low level -----------------------------------------------------------------
+    def host_oom_kills(self) -> int | None:
+        """Under gVisor: the OOM kills the host's memory cgroup of this sandbox has counted (the
+        guest has no OOM counter of its own; the host kills a guest process's stub, or the
+        sentry); None where the host's cgroup cannot be read from here (an engine elsewhere)."""
+        if self._oom_file is None:
+            self._oom_file = _host_oom_file(self.container) or ""
+        if not self._oom_file:
+            return None
+        try:
+            with open(self._oom_file) as f:
+                for line in f:
+                    name, _, count = line.partition(" ")
+                    if name == "oom_kill":
+                        return int(count)
+        except (OSError, ValueError):
+            pass
+        return None
+
     def pids_saturated(self) -> bool:
-        """Whether the sandbox's processes fill its pids limit (the engine's stats, ~5 ms)."""
+        """Whether the sandbox's processes fill its pids limit (the engine's stats, ~5 ms).
+        Under gVisor the host counts the sentry's threads, not the agent's processes: the
+        channel samples the guest's own count instead (helper.py's _AgentPids)."""
+        if self.limits.runtime == "gvisor":
+            return False
         try:
             stats = self.container.stats(stream=False, one_shot=True).get("pids_stats") or {}
         except (docker.errors.DockerException, *TRANSPORT_ERRORS):
@@ -380,6 +404,12 @@ class DockerSandbox:
             time.sleep(0.1)
         if running is False:
             state = self.container.attrs.get("State") or {}
+            if self.limits.runtime == "gvisor" and state.get("OOMKilled") and self._engine_answers():
+                # The host's OOM killer took the sentry with the agent's memory (its pick, not the
+                # agent's process's stub): the sandbox's memory was the agent's doing, never infra.
+                return ModelFailure("oom", f"the sandbox ran out of memory during {what}: under gVisor the host's OOM "
+                                    "killer stopped the whole sandbox", container=self.id, exit_code=state.get("ExitCode"),
+                                    error=detail)
             if self.root_agent and self._engine_answers():
                 # Its agent (or the agent's code, run by the tests) is root in there and can stop
                 # it; the engine did not fail: never an excuse for the episode.
@@ -515,8 +545,12 @@ class DockerSandbox:
 
     def _run_exec(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
              stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
-        """Run one command by its own `docker exec` (the fallback); as :meth:`_run`."""
+        """Run one command by its own `docker exec` (the fallback); as :meth:`_run`. Under gVisor
+        the command is given the spec's pids as RLIMIT_NPROC (no channel puts it in the agent's
+        pids cgroup; hits are not counted on this path)."""
         out, err = _Capped(limit), _Capped(limit)
+        if self.limits.runtime == "gvisor" and self.users.get(user, user).split(":")[0] not in ("0", "root"):
+            cmd = ["/bin/bash", "-c", f'ulimit -u {int(self.limits.pids)} && exec "$@"', "envkit-exec", *cmd]
         try:
             ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=self.users.get(user, user),
                                        environment={**self.user_env.get(user, {}), **(env or {})}, workdir=workdir)
@@ -544,6 +578,7 @@ class DockerSandbox:
         workdir = workdir or self.workdir
         timeout = float(timeout_s if timeout_s is not None else self.limits.command_timeout_s)
         nonce = "@@envkit-" + secrets.token_hex(8)
+        oom_before = self.host_oom_kills() if self.limits.runtime == "gvisor" else None
         t0 = time.monotonic()
         out, err, backstop, status = self._run(
             ["/bin/bash", _EXEC, nonce, f"{timeout:g}", command], user=user, env=env, workdir=workdir,
@@ -576,6 +611,8 @@ class DockerSandbox:
             # The wrapper died without its status line: the container went away, or the exec broke.
             raise self._infra(ConnectionError("the command's status line never arrived: "
                                               + stderr[-300:].decode(errors="replace")), "exec")
+        if oom_before is not None and (oom_after := self.host_oom_kills()) is not None:
+            oom = max(oom, oom_after - oom_before)
         timed_out = backstop or rc == 124 or (rc == 137 and duration >= timeout)
         if pids == 0 and (rc != 0 or duration >= 1.5):
             # Background processes can hit the limit after the wrapper wrote its status line
@@ -774,6 +811,9 @@ class DockerSandbox:
     def _raise_pids_limit_briefly(self) -> None:
         # A saturated pids cgroup leaves no room for the exec that would clean it: lift the
         # limit for the cleanup (raw update endpoint; the SDK's update() lacks PidsLimit).
+        # (Under gVisor the channel's cleanup runs outside the agent's pids limit: nothing to lift.)
+        if self.limits.runtime == "gvisor":
+            return
         try:
             url = self._api._url("/containers/{0}/update", self.id)
             self._api._result(self._api._post_json(url, data={"PidsLimit": self.limits.pids + 64}), True)
@@ -813,7 +853,7 @@ class DockerBackend:
     """Creates sandboxes of one image with one set of limits."""
 
     def __init__(self, image: str, limits: SandboxLimits, *, client: Any | None = None,
-                 labels: dict[str, str] | None = None, runtime: str | None = None,
+                 labels: dict[str, str] | None = None,
                  has_repo: bool = True, has_service: bool = False, scrub: bool = False) -> None:
         self.client = client or connect()
         self.has_repo = has_repo
@@ -822,16 +862,15 @@ class DockerBackend:
         self.image = image
         self.limits = limits
         self.labels = {SANDBOX_LABEL: "1", **(labels or {})}
-        self.runtime = runtime
         self.channel_off = ""  # set (saying why): the sandboxes take every command by `docker exec`
 
     def container_options(self) -> dict[str, Any]:
         lim = self.limits
         opts: dict[str, Any] = dict(
-            **limit_options(lim, self.runtime),
+            **limit_options(lim),
             # The command channel is the main process (under tini), its stdin kept open for the
             # host to attach to; what it says is not logged (the attach is its only reader).
-            command=["python3", "-I", _HELPER, "serve"], stdin_open=True, log_config={"type": "none", "config": {}},
+            command=["python3", "-I", _HELPER, "serve", *guest_args(lim)], stdin_open=True, log_config={"type": "none", "config": {}},
             labels=self.labels, read_only=True,
             tmpfs={
                 # 0700: no other user reads the agent's files, so no verifier can import or run them
@@ -871,13 +910,37 @@ class DockerBackend:
         return remove_labelled(self.client, self.labels)
 
 
+def _host_oom_file(container: Any) -> str | None:
+    """The host file that counts OOM kills in ``container``'s memory cgroup (cgroup v1's
+    memory.oom_control, v2's memory.events), found from its main process's /proc entry; None
+    when this process cannot see it (another host, another pid namespace)."""
+    try:
+        container.reload()
+        pid = int((container.attrs.get("State") or {}).get("Pid") or 0)
+        with open(f"/proc/{pid}/cgroup") as f:
+            lines = f.read().splitlines()
+    except (OSError, ValueError, docker.errors.DockerException, *TRANSPORT_ERRORS):
+        return None
+    for line in lines:
+        _hier, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            candidate = f"/sys/fs/cgroup/memory{path}/memory.oom_control"
+        elif controllers == "":
+            candidate = f"/sys/fs/cgroup{path}/memory.events"
+        else:
+            continue
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
 def attach_channel(container: Any) -> _Channel:
     """The host's end of a command channel that is ``container``'s main process (attach to its
     stdin and stdout; made before the start, nothing it says is missed)."""
     return _Channel(container.client.api.attach_socket(container.id, params=_ATTACH))
 
 
-def limit_options(lim: SandboxLimits, runtime: str | None = None) -> dict[str, Any]:
+def limit_options(lim: SandboxLimits) -> dict[str, Any]:
     """The container options every sandbox gets from its limits: cgroup caps (memory without
     swap, CPU quota, pids; the cores, under a CPU partition), the network, no new privileges,
     tini as PID 1, the OCI runtime. ``network = "none"`` disables the engine's networking
@@ -887,18 +950,41 @@ def limit_options(lim: SandboxLimits, runtime: str | None = None) -> dict[str, A
     writes no /etc/hosts: the envkit base image resolves ``localhost`` with libnss-myhostname
     (an image on an older base does not), container environments get one written in
     (:mod:`envkit.sandbox.container`)."""
-    mem = f"{lim.memory_mb}m"
+    gvisor = lim.runtime == "gvisor"
+    # Under gVisor the host cgroup holds the sentry, the gofer and a stub process per guest
+    # process: the host limits are sized for them, the spec's pids are enforced inside
+    # (guest_args), and the memory limit gets the sentry's and gofer's own share on top.
+    mem = f"{lim.memory_mb + (GVISOR_MEMORY_OVERHEAD_MB if gvisor else 0)}m"
     opts: dict[str, Any] = dict(
         detach=True, init=True, user="0:0", network_mode="none" if lim.network == "none" else "bridge",
         network_disabled=lim.network == "none",
-        security_opt=["no-new-privileges"], pids_limit=lim.pids, mem_limit=mem, memswap_limit=mem,
-        nano_cpus=int(lim.cpus * 1e9), oom_score_adj=500,
+        security_opt=["no-new-privileges"], pids_limit=gvisor_host_pids(lim.pids) if gvisor else lim.pids,
+        mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9),
     )
+    if not gvisor:  # under gVisor the engine would give it to the sentry, which the OOM killer then takes first
+        opts["oom_score_adj"] = 500
     if lim.cpuset:
         opts["cpuset_cpus"] = lim.cpuset
-    if runtime:
-        opts["runtime"] = runtime
+    if gvisor:
+        opts["runtime"] = ENGINE_NAMES["gvisor"]
     return opts
+
+
+# gVisor: the sentry's and the gofer's own memory (~60 MB resident here) on top of the spec's
+GVISOR_MEMORY_OVERHEAD_MB = 128
+
+
+def gvisor_host_pids(pids: int) -> int:
+    """The host pids limit of a gVisor sandbox: the sentry's and gofer's threads (~34 at rest)
+    and, per guest task, its stub's host threads (measured: 100 background sleeps capped at 64
+    tasks held 209 host pids; a fork bomb capped at 64, 163)."""
+    return 3 * pids + 256
+
+
+def guest_args(lim: SandboxLimits) -> list[str]:
+    """What the command channel (``helper.py serve``) is told about limits it enforces itself:
+    under gVisor, the spec's pids limit on every process it starts (helper.py's _AgentPids)."""
+    return ["--agent-pids", str(lim.pids)] if lim.runtime == "gvisor" else []
 
 
 def start_container(client: Any, image: str, options: dict[str, Any], prepare: Any = None) -> Any:

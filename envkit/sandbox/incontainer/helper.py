@@ -66,27 +66,42 @@ def kill_users(uids, timeout_s=30.0):
     round until none is left (a fork bomb's children appear while the first round runs).
     Killed processes take a while to go on a loaded machine (seen: more than 200 rounds of a
     few ms at load 270), so the rounds run to a deadline, not to a count."""
-    me = os.getpid()
     deadline = time.monotonic() + timeout_s
+    if _AGENT_PIDS is not None:
+        # Under gVisor a killed process is slow to go, and each one gone frees a slot for a
+        # fork bomb's next child (rounds of SIGKILL alone ran past 30 s); a fork the pids cgroup
+        # refuses leaks host memory (so no "pids.max = 0" either). Stopped processes cannot
+        # fork: stop them round after round until a round finds none running, then kill.
+        while _signal_round(uids, signal.SIGSTOP, skip_stopped=True):
+            if time.monotonic() > deadline:
+                break
     while True:
-        found = 0
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                with open(f"/proc/{name}/status") as f:
-                    fields = dict(line.split(":", 1) for line in f if ":" in line)
-                if fields["State"].split()[0] in ("Z", "X") or int(fields["Uid"].split()[0]) not in uids:
-                    continue
-                os.kill(int(name), signal.SIGKILL)
-                found += 1
-            except (OSError, KeyError, ValueError, IndexError):
-                continue
+        found = _signal_round(uids, signal.SIGKILL)
         if not found:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(f"{found} processes of the episode's users were still alive after {timeout_s:g} s of SIGKILL")
         time.sleep(0.005)
+
+
+def _signal_round(uids, sig, skip_stopped=False):
+    """Send ``sig`` to every live process whose real uid is in ``uids``; how many got it."""
+    me = os.getpid()
+    found = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            state = fields["State"].split()[0]
+            if state in ("Z", "X") or (skip_stopped and state == "T") or int(fields["Uid"].split()[0]) not in uids:
+                continue
+            os.kill(int(name), sig)
+            found += 1
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+    return found
 
 
 def wipe(path, keep_uids=(SERVICE_UID,)):
@@ -537,6 +552,52 @@ _COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory
     (("/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"), "max")
 
 
+class _AgentPids:
+    """Under gVisor, the spec's pids limit inside the sandbox (the host's limit is sized for the
+    sentry and its stub processes, and a full host limit kills the whole sandbox). Enforced
+    twice: per user by RLIMIT_NPROC (set on the channel, inherited by every command; see
+    main), and on every command the channel starts together by a pids cgroup of gVisor's own
+    cgroupfs (``runsc --cgroupfs``) they are born in, with ``_CGROUP_MARGIN`` more room so that
+    a non-root user meets the rlimit first; the cgroup holds a root agent, which the rlimit
+    does not. The channel itself, its resets and kills stay outside, so they always have room.
+    gVisor counts no ``pids.events``: a hit is seen by sampling ``pids.current`` (at the limit)
+    while a command runs (every 0.2 s at most) and when it ends."""
+
+    ROOT = "/sys/fs/cgroup/pids"
+
+    def __init__(self, limit):
+        self.path = os.path.join(self.ROOT, "envkit-agent")
+        os.makedirs(self.path, exist_ok=True)
+        self.limit = int(limit)
+        self.set_max(self.limit + _CGROUP_MARGIN)
+
+    def set_max(self, value):
+        with open(os.path.join(self.path, "pids.max"), "w") as f:
+            f.write(str(int(value)))
+
+    def enter(self):
+        """Move the (single-threaded) channel into the cgroup for a fork: the child is born in it."""
+        with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def leave(self):
+        with open(os.path.join(self.ROOT, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+
+    def full(self):
+        try:
+            with open(os.path.join(self.path, "pids.current")) as f:
+                return int(f.read()) >= self.limit
+        except (OSError, ValueError):
+            return False
+
+
+_AGENT_PIDS = None  # an _AgentPids under gVisor (serve --agent-pids N)
+# The cgroup's room above the per-user RLIMIT_NPROC, so that a non-root user's fork meets the
+# rlimit first (see main)
+_CGROUP_MARGIN = 16
+
+
 def _counters():
     """The sandbox cgroup's OOM kills and pids-limit hits so far (exec.sh's ``counters``)."""
     values = []
@@ -622,9 +683,13 @@ def _spawn(argv, uid, gid, groups, **kwargs):
     with open("/proc/self/oom_score_adj") as f:
         own = int(f.read())
     _oom_score_adj(1000)
+    if _AGENT_PIDS is not None:
+        _AGENT_PIDS.enter()
     try:
         return subprocess.Popen(argv, user=uid, group=gid, extra_groups=groups, **kwargs)
     finally:
+        if _AGENT_PIDS is not None:
+            _AGENT_PIDS.leave()
         _oom_score_adj(own)
 
 
@@ -679,7 +744,10 @@ def run(req, base_env, outlived):
         except (ProcessLookupError, PermissionError):
             pass
 
+    sampled_full = False  # under gVisor: the agent's pids cgroup was seen full
     while open_outputs or (wrap is not None and exited_at is None):
+        if _AGENT_PIDS is not None and not sampled_full:
+            sampled_full = _AGENT_PIDS.full()
         now = time.monotonic()
         if exited_at is None and proc.poll() is not None:
             exited_at = now
@@ -737,6 +805,8 @@ def run(req, base_env, outlived):
             if termed:  # the command timed out
                 rc = 137 if killed else 124
         after = _counters()
+        if _AGENT_PIDS is not None and (sampled_full or _AGENT_PIDS.full()):
+            after[1] = before[1] + 1
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         reply["status"] = [rc, after[0] - before[0], after[1] - before[1],
                            None if exited_at is None else round(exited_at - start, 6),
@@ -844,6 +914,7 @@ def serve():
 
 
 def main(argv):
+    global _AGENT_PIDS
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "reset":
         out = reset(int(argv[2]))
@@ -860,6 +931,16 @@ def main(argv):
     elif cmd == "service-reset":
         out = service_reset(int(argv[2]))
     elif cmd == "serve":
+        if argv[2:4] and argv[2] == "--agent-pids":
+            _AGENT_PIDS = _AgentPids(int(argv[3]))
+            import resource
+
+            # gVisor checks RLIMIT_NPROC before it makes the child's address space; a fork its pids
+            # cgroup refuses comes later and leaks host threads and memory (a fork bomb there took the
+            # sandbox's host pids from 270 to 750 in 8 s, then the OOM killer took the sentry). Every
+            # command inherits the limit and counts against it once it is its user (root is exempt:
+            # the cgroup holds a root agent).
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(argv[3]), int(argv[3])))
         return serve()
     elif cmd == "service-hash":
         out = {"state_hash": db_hash()}
