@@ -24,6 +24,7 @@ host CPU-seconds (every core's busy time over the run) minus the commands' own C
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -124,6 +125,7 @@ class BenchRow:
     passed: bool | None
     host_cpu_ms: float | None = None  # the engine's CPU per operation
     host_cpu_target: str = ""
+    vs_runc: float | None = None  # under gVisor: this p50 over runc's, measured in the same run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -212,6 +214,25 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
             *(_row(metric, samples, engine[metric]) for metric, samples in timed.items())]
     return rows, {"n": n, "pool_size": pool_size, "warm_pool_hits": hits, "image_id": runtime.build.image_id,
                   "cpus": os.cpu_count()}
+
+
+# gVisor against runc, measured side by side in one run (issue 20): p50 ratios
+GVISOR_RATIO_TARGETS = {"cold_start": 1.5, "exec": 1.5}
+
+
+def against_runc(rows: list[BenchRow], runc_rows: list[BenchRow]) -> list[BenchRow]:
+    """``rows`` (measured under gVisor) judged by their p50 against runc's in the same run:
+    cold start and exec within GVISOR_RATIO_TARGETS of runc's; runc's absolute targets are not
+    gVisor's. Adds ``vs_runc`` (the p50 ratio) to each row."""
+    base = {r.metric: r for r in runc_rows}
+    judged = []
+    for r in rows:
+        ratio = round(r.p50_ms / base[r.metric].p50_ms, 3) if r.metric in base and base[r.metric].p50_ms > 0 else None
+        limit = GVISOR_RATIO_TARGETS.get(r.metric)
+        judged.append(dataclasses.replace(
+            r, target=f"p50 <= {limit:g}x runc" if limit else "", host_cpu_target="",
+            passed=(ratio is not None and ratio <= limit) if limit else None, vs_runc=ratio))
+    return judged
 
 
 def bench_resets(runtimes: list[EnvRuntime], *, n: int = 50, tick: Callable[[str], None] | None = None) -> list[dict[str, Any]]:

@@ -27,11 +27,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from envkit.engine import connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure, Outcome, VerifierFailure
 from envkit.images import BuildResult
 from envkit.kinds import EnvKind, SandboxSpec, kind_of
 from envkit.records import EpisodeResult, StepRecord, VerifyResult
-from envkit.engine import connect
 from envkit.sandbox import AGENT, ExecResult, ResetResult, Sandbox, SandboxLimits
 from envkit.sandbox.runtimes import choose_runtime
 from envkit.spec import LoadedEnvironment, Task

@@ -9,7 +9,7 @@
 #      the guest's own cgroupfs: `--cgroupfs`) in /etc/docker/daemon.json (other keys kept),
 #      then the engine is told to reload its configuration (SIGHUP), which adds a runtime
 #      without restarting a container.
-# `envkit doctor` and `--runtime gvisor` check that the engine lists the runtime.
+# `--runtime gvisor` (and the default for pulled environments) checks that the engine lists it.
 set -euo pipefail
 log() { printf '[gvisor] %s\n' "$*" >&2; }
 [ "$(id -u)" = 0 ] || { log "run as root"; exit 1; }

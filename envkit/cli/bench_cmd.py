@@ -11,8 +11,9 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from envkit.bench import bench_sandbox
+from envkit.bench import against_runc, bench_sandbox
 from envkit.catalog import resolve_environment
+from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
@@ -21,36 +22,59 @@ from envkit.runtime import EnvRuntime
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
 
 
+def _advance(progress: Progress, bar: Any) -> Any:
+    return lambda _m: progress.advance(bar)
+
+
 @bench_app.command("sandbox")
 def sandbox(
     env: str = typer.Option("envkit/pyfix", "--env", help="Environment whose image to use (folder or ref)."),
     n: int = typer.Option(50, "-n", min=2, max=10000, help="Samples per metric."),
     pool_size: int = typer.Option(4, "--pool-size", min=1, max=64, help="Warm pool size."),
+    sandbox_runtime: str = typer.Option(None, "--runtime", help="runc (default here) or gvisor: under gvisor the same "
+                                        "rows are measured under runc first, in the same run, and gVisor's cold start "
+                                        "and exec are judged against them (p50 <= 1.5x)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cold start, warm acquire, exec round trip and reset latencies."""
-    runtime = EnvRuntime(resolve_environment(env))
+    use_runtime(sandbox_runtime)
+    loaded = resolve_environment(env)
+    runtime = EnvRuntime(loaded)
+    runs = [runtime]
+    if runtime.limits.runtime == "gvisor":  # runc first, as the baseline of the same run
+        runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))
+    results: list[tuple[EnvRuntime, list[Any], dict[str, Any]]] = []
+    with Progress(console=console, transient=True, disable=as_json) as progress:
+        for rt in runs:
+            bar = progress.add_task(f"benchmarking under {rt.limits.runtime}", total=5 * n)
+            rows, context = bench_sandbox(rt, n=n, pool_size=pool_size, tick=_advance(progress, bar))
+            results.append((rt, rows, context))
+    if len(results) == 2:
+        results[1] = (results[1][0], against_runc(results[1][1], results[0][1]), results[1][2])
+    failed = any(r.passed is False for _rt, rows, _c in results for r in rows)
     if as_json:
-        rows, context = bench_sandbox(runtime, n=n, pool_size=pool_size)
-        print_json({"rows": [r.to_dict() for r in rows], **context})
-        failed = any(r.passed is False for r in rows)
+        doc = {"runtime": runtime.limits.runtime, "rows": [r.to_dict() for r in results[-1][1]], **results[-1][2]}
+        if len(results) == 2:
+            doc["runc"] = {"rows": [r.to_dict() for r in results[0][1]], **results[0][2]}
+        print_json(doc)
     else:
-        with Progress(console=console, transient=True) as progress:
-            bar = progress.add_task("benchmarking", total=5 * n)
-            rows, context = bench_sandbox(runtime, n=n, pool_size=pool_size, tick=lambda _m: progress.advance(bar))
-        table = Table(title=f"envkit bench sandbox  (N={n}, pool {pool_size}, {runtime.env.ref}, {context['cpus']} CPUs)")
-        for col in ("metric", "p50", "p90", "mean", "target", "host CPU/op", "target ", "met"):
-            table.add_column(col, justify="right" if col in ("p50", "p90", "mean", "host CPU/op") else "left")
-        for r in rows:
-            met = "" if r.passed is None else ("[green]yes[/]" if r.passed else "[red]no[/]")
-            host = "" if r.host_cpu_ms is None else f"{r.host_cpu_ms:.2f} ms"
-            table.add_row(r.metric, f"{r.p50_ms:.1f} ms", f"{r.p90_ms:.1f} ms", f"{r.mean_ms:.1f} ms", r.target,
-                          host, r.host_cpu_target, met)
-        console.print(table)
+        for rt, rows, context in results:
+            gvisor = rt.limits.runtime == "gvisor"
+            table = Table(title=f"envkit bench sandbox --runtime {rt.limits.runtime}  (N={n}, pool {pool_size}, "
+                                f"{rt.env.ref}, {context['cpus']} CPUs)")
+            cols = ("metric", "p50", "p90", "mean", "target", "host CPU/op", "target ", *(("vs runc",) if gvisor else ()), "met")
+            for col in cols:
+                table.add_column(col, justify="right" if col in ("p50", "p90", "mean", "host CPU/op", "vs runc") else "left")
+            for r in rows:
+                met = "" if r.passed is None else ("[green]yes[/]" if r.passed else "[red]no[/]")
+                host = "" if r.host_cpu_ms is None else f"{r.host_cpu_ms:.2f} ms"
+                ratio = (("-" if r.vs_runc is None else f"{r.vs_runc:.2f}x"),) if gvisor else ()
+                table.add_row(r.metric, f"{r.p50_ms:.1f} ms", f"{r.p90_ms:.1f} ms", f"{r.mean_ms:.1f} ms", r.target,
+                              host, r.host_cpu_target, *ratio, met)
+            console.print(table)
+            console.print(f"warm pool hits: {context['warm_pool_hits']}/{n}")
         console.print("host CPU/op: the container engine's CPU (dockerd, containerd, shims, the OCI runtime) per "
                       "operation, from /proc; exec_docker: the same command by its own `docker exec` (the fallback)")
-        console.print(f"warm pool hits: {context['warm_pool_hits']}/{n}")
-        failed = any(r.passed is False for r in rows)
     if failed:
         raise typer.Exit(1)
 
@@ -63,9 +87,11 @@ def episode(
     seed: int = typer.Option(0, "--seed", help="Reset seed of every episode."),
     docker_exec: bool = typer.Option(False, "--docker-exec", help="Every command by its own `docker exec` (the "
                                      "fallback path), to compare with the command channel."),
+    sandbox_runtime: str = runtime_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Per-episode overhead: N oracle episodes, wall time and host CPU beyond the commands' own."""
+    use_runtime(sandbox_runtime)
     from envkit.bench import bench_episodes
 
     runtime = EnvRuntime(resolve_environment(env))
@@ -139,9 +165,11 @@ def registry(
 def reset(
     env: list[str] = typer.Option(None, "--env", help="Environments (folders or refs); default: every bundled one."),
     n: int = typer.Option(50, "-n", min=2, max=10000, help="Resets per environment."),
+    sandbox_runtime: str = runtime_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Reset latency per environment kind, on a running sandbox (no container re-creation)."""
+    use_runtime(sandbox_runtime)
     from envkit.bench import bench_resets
     from envkit.catalog import local_environments
 
@@ -192,9 +220,11 @@ def rollout(
                                     "start a local one."),
     ray_nodes: int = typer.Option(2, "--ray-nodes", min=1, max=16, help="With --backend ray and no address: node "
                                   "processes of the local cluster (each one sandbox host)."),
+    sandbox_runtime: str = runtime_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Time to a trainable batch: naive vs optimized batch assembly on the same workload, with an ablation."""
+    use_runtime(sandbox_runtime)
     require("cpu", "`envkit bench rollout`")  # vLLM replicas; torch and transformers for the tiny model
     from rl_runner.batch.assembler import ABLATION, NAIVE, OPTIMIZED
     from rl_runner.batch.bench import bench_rollout

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from envkit.agents import parse_agent, run_episode
 from envkit.catalog import resolve_environment
+from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console, print_json
 from envkit.client import Registry
 from envkit.errors import FailureCategory, parse_outcome
@@ -55,9 +56,11 @@ def register(app: typer.Typer) -> None:
         task: str = typer.Option(..., "--task", "-t", help="Task id."),
         agent: str = typer.Option("oracle", "--agent", "-a", help="oracle | null | shell:COMMAND"),
         seed: int = typer.Option(0, "--seed", help="Reset seed."),
+        sandbox_runtime: str = runtime_option(),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Run one episode and print its trace and reward."""
+        use_runtime(sandbox_runtime)
         loaded = resolve_environment(env)
         chosen_task = loaded.task(task)
         chosen_agent = parse_agent(agent)
@@ -78,9 +81,11 @@ def register(app: typer.Typer) -> None:
         probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
         tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
         send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
+        sandbox_runtime: str = runtime_option(),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Oracle must reach 1.0, null stay 0.0 and no hack probe beat any task; resets must be deterministic."""
+        use_runtime(sandbox_runtime)
         probe_set(probes)  # a wrong set name is refused before anything starts
         loaded = resolve_environment(env)
         for t in tasks or []:

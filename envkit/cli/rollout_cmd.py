@@ -10,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envkit.catalog import resolve_environment
+from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
@@ -34,9 +35,11 @@ def register(app: typer.Typer) -> None:
         tool_format: str = typer.Option("auto", "--tool-format", help="How the model writes tool calls: auto (by its "
                                         "chat template), envkit, hermes, llama3_json."),
         out: Path = typer.Option(None, "--out", help="JSONL file (default runs/rollout-<time>/trajectories.jsonl)."),
+        sandbox_runtime: str = runtime_option(),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
         """Collect N trajectories with a vLLM policy; write them as JSONL; print a summary."""
+        use_runtime(sandbox_runtime)
         require("train", "`envkit rollout`", "transformers")  # vLLM: when a server starts (VLLMServer.start)
         from transformers import AutoTokenizer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from envkit.catalog import resolve_environment
+from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console
 from envkit.extras import require
 
@@ -21,8 +22,10 @@ def register(app: typer.Typer) -> None:
                                            help="Seconds a session may sit idle before it is closed and its sandbox released."),
         task: str = typer.Option(None, "--task", "-t", help="Serve one task only (else reset picks: task=…, or seed mod n)."),
         max_turns: int = typer.Option(None, "--max-turns", min=1, help="Steps per episode (default: the spec's max_turns)."),
+        sandbox_runtime: str = runtime_option(),
     ) -> None:
         """Serve an environment to OpenEnv clients (TRL, SkyRL, torchforge, GenericEnvClient)."""
+        use_runtime(sandbox_runtime)
         require("openenv", "`envkit serve`")
         import uvicorn  # openenv-core's own dependency
 

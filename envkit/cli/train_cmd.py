@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.table import Table
 
+from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
@@ -82,9 +83,11 @@ def register(app: typer.Typer) -> None:
         resume: Path = typer.Option(None, "--resume", help="A checkpoint folder (RUN/checkpoints/step-N) to continue "
                                     "from (the same as resume=PATH); refused when an environment resolves "
                                     "differently than RUN/envkit-run.lock says."),
+        sandbox_runtime: str = runtime_option(),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON document at the end."),
     ) -> None:
         """Train a policy with RL on environments (GRPO; sync or async), then report and check it."""
+        use_runtime(sandbox_runtime)
         require("train", "`envkit train`")
         require("cpu", "`envkit train`", "torch")  # vLLM: when a server starts (VLLMServer.start)
         from rl_runner.recipes.config import load_recipe

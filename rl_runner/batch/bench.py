@@ -92,7 +92,7 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
 
         def describe() -> Trajectory:
             return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                              bundle_digest=runtime.build.bundle_digest, task_id=task.id,
+                              bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id,
                               seed=seed + g, group_id=f"{task.id}/{seed + g}")
 
         return backend.run(scripted_episode, {"g": g, "i": i, "seed": seed, "params": params},

@@ -52,7 +52,7 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
     # The counterfactual check's fresh sandbox: from the sandbox host on a Ray cluster.
     episode = runtime.episode(task, seed, sandbox, "policy", fresh=getattr(sandboxes, "create_fresh", None))
     traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                      bundle_digest=runtime.build.bundle_digest, task_id=task.id, seed=seed,
+                      bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id, seed=seed,
                       group_id=group_id)
     try:
         episode.reset()

@@ -49,6 +49,7 @@ class Trajectory:
     seed: int
     group_id: str
     bundle_digest: str = ""  # the environment's bundle (its content), beside the image it ran in
+    runtime: str = ""  # the OCI runtime its sandbox ran under: runc or gvisor (envkit.sandbox.runtimes)
     prompt_token_ids: list[int] = field(default_factory=list)
     completion_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)

@@ -9,8 +9,35 @@ import pytest
 import envkit
 from envkit.agents import NullAgent, ShellAgent, run_episode
 from envkit.errors import InfraFailure
+from envkit.runtime import EnvRuntime
+from envkit.sandbox.runtimes import RUNTIMES
 
+from .conftest import TEST_LABEL
 from .test_episodes import edit_spec, runtime_for
+
+_RUNTIMES: dict[str, EnvRuntime] = {}
+
+
+@pytest.fixture(params=RUNTIMES, autouse=True)
+def sandbox_runtime(request, monkeypatch) -> str:
+    """Every test here runs under runc and under gVisor: each EnvRuntime it makes (envkit.make
+    included) takes ENVKIT_RUNTIME."""
+    monkeypatch.setenv("ENVKIT_RUNTIME", request.param)
+    return request.param
+
+
+@pytest.fixture
+def pyfix_runtime(client, sandbox_runtime) -> EnvRuntime:
+    if sandbox_runtime not in _RUNTIMES:
+        from envkit.spec import load_environment
+
+        from ..conftest import PYFIX
+
+        rt = EnvRuntime(load_environment(PYFIX), client=client)
+        rt.backend.labels.update(TEST_LABEL)
+        _RUNTIMES[sandbox_runtime] = rt
+    assert _RUNTIMES[sandbox_runtime].limits.runtime == sandbox_runtime
+    return _RUNTIMES[sandbox_runtime]
 
 
 def append(path: str, code: str) -> ShellAgent:
