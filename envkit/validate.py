@@ -53,6 +53,7 @@ class ValidationReport:
     probe_set: str = "none"
     probes_run: list[str] = field(default_factory=list)
     probes_skipped: dict[str, str] = field(default_factory=dict)  # probe -> why it does not apply
+    runtime: str = "runc"  # the sandboxes' OCI runtime (runc | gvisor)
 
     @property
     def ok(self) -> bool:
@@ -96,7 +97,8 @@ class ValidationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "env": self.env, "image_id": self.image_id, "ok": self.ok, "seconds": self.seconds, "reproducible": self.reproducible,
+            "env": self.env, "image_id": self.image_id, "runtime": self.runtime, "ok": self.ok, "seconds": self.seconds,
+            "reproducible": self.reproducible,
             "tasks": [{**asdict(t), "ok": t.ok} for t in self.tasks], "determinism": self.determinism,
             "probes": self.probe_summary(),
         }
@@ -191,4 +193,4 @@ def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str =
                 progress(check)
     return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism, round(time.monotonic() - t0, 2),
                             reproducible=runtime.build.reproducible, probe_set=probes, probes_run=[p.name for p in playing],
-                            probes_skipped=skip)
+                            probes_skipped=skip, runtime=runtime.limits.runtime)

@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:
-    table = Table(title=f"{report.env}  image {report.image_id[:19]}…")
+    table = Table(title=f"{report.env}  image {report.image_id[:19]}…  runtime {report.runtime}")
     for col in ("task", "difficulty", "oracle", "null", "probes", "time", "status"):
         table.add_column(col)
     for t in report.tasks:

@@ -6,12 +6,21 @@ import json
 import pytest
 
 from envkit.runtime import EnvRuntime
+from envkit.sandbox.runtimes import RUNTIMES
 from envkit.spec import load_environment
 from envkit.validate import validate
 
 from ..conftest import ROOT
 from .conftest import TEST_LABEL
 from .test_episodes import envkit
+
+
+@pytest.fixture(params=RUNTIMES)
+def sandbox_runtime(request, monkeypatch) -> str:
+    """The probes played under runc and under gVisor (the CLI's subprocess takes ENVKIT_RUNTIME too)."""
+    monkeypatch.setenv("ENVKIT_RUNTIME", request.param)
+    return request.param
+
 
 # A verifier written the weak way: it runs the agent's code as the agent (good) but believes
 # the process's exit status (bad: the agent's code decides it).
@@ -36,11 +45,14 @@ def test_shellcmd_passes_the_default_probes(client):
 
 
 @pytest.mark.slow
-def test_the_probes_catch_a_verifier_that_trusts_the_agents_exit_status(pyfix_copy):
+def test_the_probes_catch_a_verifier_that_trusts_the_agents_exit_status(pyfix_copy, sandbox_runtime):
+    """Every probe, under both runtimes (the bundled environment's default probes run under runc
+    above: under gVisor they cost 33 s more of the suite's budget and exercise the same code)."""
     (pyfix_copy / "verify" / "tests" / "fix-median.py").write_text(WEAK_TEST)
     proc = envkit("validate", str(pyfix_copy), "--task", "fix-median", "--json")
     assert proc.returncode == 1, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
+    assert report["runtime"] == sandbox_runtime
     beaten = report["probes"]["beaten"]
     assert {"exit-zero", "always-equal"} <= set(beaten) and beaten["exit-zero"] == ["fix-median"], report["probes"]
     [task] = report["tasks"]
