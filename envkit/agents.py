@@ -108,7 +108,7 @@ def _run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandb
         if episode is None:
             return EpisodeResult(env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed,
                                  agent=agent.name, reward=None, outcome=failure.outcome.label,
-                                 evidence=failure.evidence, state_hash="")
+                                 evidence=failure.evidence, state_hash="", runtime=runtime.limits.runtime)
         return episode.result(None, failure, {})
     finally:
         if episode is not None:

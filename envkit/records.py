@@ -41,6 +41,7 @@ class EpisodeResult:
     steps: list[StepRecord] = field(default_factory=list)
     verifier: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    runtime: str = ""  # the sandbox's OCI runtime: runc | gvisor
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

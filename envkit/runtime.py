@@ -314,5 +314,5 @@ class Episode:
             env=self.runtime.env.ref, image_id=self.runtime.build.image_id, task_id=self.task.id, seed=self.seed,
             agent=self.agent, reward=reward, outcome=outcome.label, evidence=outcome.evidence,
             state_hash=self.reset_result.state_hash if self.reset_result else "",
-            steps=list(self.steps), verifier=verifier, timings=dict(self.timings),
+            steps=list(self.steps), verifier=verifier, timings=dict(self.timings), runtime=self.runtime.limits.runtime,
         )

@@ -62,6 +62,9 @@ def test_login_publish_search_pull_run(registry, cli_env, tmp_path):
     run = envkit("run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json", cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0
+    assert json.loads(run.stdout)["runtime"] == "gvisor"  # someone else's environment: gVisor by default
+    local = envkit("run", "environments/pyfix", "--task", "fix-median", "--agent", "null", "--json", env=env)
+    assert json.loads(local.stdout)["runtime"] == "runc"  # a local folder: runc
 
 
 def test_pull_detects_an_image_mismatch(registry, cli_env, tmp_path):
@@ -131,4 +134,4 @@ def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_
     assert result["source"].startswith("rebuilt from Dockerfiles") and result["bundle_digest"] == published["bundle_digest"]
     run = envkit("run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["reward"] == 1.0
+    assert json.loads(run.stdout)["reward"] == 1.0 and json.loads(run.stdout)["runtime"] == "gvisor"

@@ -683,9 +683,9 @@ def _spawn(argv, uid, gid, groups, **kwargs):
     with open("/proc/self/oom_score_adj") as f:
         own = int(f.read())
     _oom_score_adj(1000)
-    if _AGENT_PIDS is not None:
-        _AGENT_PIDS.enter()
     try:
+        if _AGENT_PIDS is not None:
+            _AGENT_PIDS.enter()  # OSError: the cgroup refuses (run() reports the errno)
         return subprocess.Popen(argv, user=uid, group=gid, extra_groups=groups, **kwargs)
     finally:
         if _AGENT_PIDS is not None:
