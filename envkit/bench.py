@@ -11,6 +11,10 @@
   channel: user, timeout, limits, output caps), and the same through `docker exec` (the
   fallback, informational)
 * reset: restore the seeded state and compute its hash (informational)
+* process start: one process started and reaped inside the sandbox (bash starting /bin/true
+  and waiting for it), timed inside over PROCESS_STARTS of them per sample: the least any
+  command costs in that runtime, whatever carries it there (informational; under gVisor it
+  shows how much of exec's ratio is the runtime's own floor)
 
 Each row also gives the host CPU per operation spent by the container engine (dockerd,
 containerd, the containers' shims and the OCI runtime they start), read from /proc.
@@ -186,6 +190,10 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
                 timed[metric].append(time.perf_counter() - t0)
                 note("exec")
             engine[metric] = engine_cpu_between(e0, engine_cpu_snapshot())
+        timed["process_start"] = []
+        for _ in range(n):
+            timed["process_start"].append(_process_start(sb))
+            note("process_start")
         e0 = engine_cpu_snapshot()
         for i in range(n):
             t0 = time.perf_counter()
@@ -193,6 +201,8 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
             timed["reset"].append(time.perf_counter() - t0)
             note("reset")
         engine["reset"] = engine_cpu_between(e0, engine_cpu_snapshot())
+        timed["reset"] = timed.pop("reset")  # the table's order: exec, exec_docker, reset, process_start
+        timed["process_start"] = timed.pop("process_start")
     finally:
         sb.destroy()
         fallback.destroy()
@@ -211,9 +221,24 @@ def bench_sandbox(runtime: EnvRuntime, *, n: int = 50, pool_size: int = 4,
 
     rows = [_row("cold_start", cold, engine["cold_start"]), *(_row(k, v) for k, v in parts.items()),
             _row("warm_acquire", warm),
-            *(_row(metric, samples, engine[metric]) for metric, samples in timed.items())]
+            *(_row(metric, samples, engine.get(metric)) for metric, samples in timed.items())]
     return rows, {"n": n, "pool_size": pool_size, "warm_pool_hits": hits, "image_id": runtime.build.image_id,
                   "cpus": os.cpu_count()}
+
+
+PROCESS_STARTS = 10  # processes started inside the sandbox per process_start sample
+
+
+def _process_start(sb: Any) -> float:
+    """Seconds one process start costs inside ``sb`` (see the module's doc), timed by bash's
+    own clock there, so that no round trip to the host is in it."""
+    r = sb.exec(f"s=$EPOCHREALTIME; for i in {{1..{PROCESS_STARTS}}}; do /bin/true; done; echo $s $EPOCHREALTIME",
+                timeout_s=120)
+    try:
+        start, end = (float(v) for v in r.stdout.split())
+    except ValueError:
+        raise RuntimeError(f"the process-start probe printed {r.stdout!r} (exit {r.exit_code}): {r.stderr[-300:]}") from None
+    return (end - start) / PROCESS_STARTS
 
 
 # gVisor against runc, measured side by side in one run (issue 20): p50 ratios

@@ -40,13 +40,17 @@ def sandbox(
     use_runtime(sandbox_runtime)
     loaded = resolve_environment(env)
     runtime = EnvRuntime(loaded)
+    if runtime.kind.name == "container":
+        raise UserError(f"`bench sandbox` measures sandboxes that exist before a task; {loaded.ref} is a container "
+                        "environment, whose sandbox starts from its task's own image at reset",
+                        f"measure its episodes instead: envkit bench episode {env}")
     runs = [runtime]
     if runtime.limits.runtime == "gvisor":  # runc first, as the baseline of the same run
         runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))
     results: list[tuple[EnvRuntime, list[Any], dict[str, Any]]] = []
     with Progress(console=console, transient=True, disable=as_json) as progress:
         for rt in runs:
-            bar = progress.add_task(f"benchmarking under {rt.limits.runtime}", total=5 * n)
+            bar = progress.add_task(f"benchmarking under {rt.limits.runtime}", total=6 * n)
             rows, context = bench_sandbox(rt, n=n, pool_size=pool_size, tick=_advance(progress, bar))
             results.append((rt, rows, context))
     if len(results) == 2:
@@ -74,7 +78,9 @@ def sandbox(
             console.print(table)
             console.print(f"warm pool hits: {context['warm_pool_hits']}/{n}")
         console.print("host CPU/op: the container engine's CPU (dockerd, containerd, shims, the OCI runtime) per "
-                      "operation, from /proc; exec_docker: the same command by its own `docker exec` (the fallback)")
+                      "operation, from /proc; exec_docker: the same command by its own `docker exec` (the fallback); "
+                      "process_start: one process started and reaped inside the sandbox, timed there (the least any "
+                      "command costs in that runtime)")
     if failed:
         raise typer.Exit(1)
 

@@ -84,6 +84,12 @@ def test_imported_environment_builds_validates_and_is_marked_not_reproducible(ru
     assert all(t.oracle_reward == 1.0 and t.null_reward == 0.0 for t in report.tasks)
 
 
+def test_bench_sandbox_on_a_container_environment_points_to_bench_episode(runtime, imported):
+    proc = envkit("bench", "sandbox", "-n", "2", "--env", str(imported[0]))  # the runtime fixture built its images
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "container environment" in proc.stderr and f"envkit bench episode {imported[0]}" in proc.stderr
+
+
 @pytest.mark.slow
 def test_probes_show_what_harbors_trust_model_does_not_guarantee(runtime):
     """An imported task keeps Harbor's model: its tests run the agent's code in the agent's own

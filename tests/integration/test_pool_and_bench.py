@@ -36,11 +36,13 @@ def test_bench_sandbox_prints_table_and_json(pyfix_runtime):
     data = json.loads(proc.stdout)
     rows = {r["metric"]: r for r in data["rows"]}
     assert set(rows) == {"cold_start", "cold_start.engine", "cold_start.first_command", "warm_acquire", "exec",
-                         "exec_docker", "reset"}
+                         "exec_docker", "reset", "process_start"}
     assert all(r["n"] == 5 and r["p50_ms"] > 0 and r["p90_ms"] >= r["p50_ms"] for r in rows.values())
     assert rows["cold_start"]["target"] == "p50 <= 150 ms" and rows["exec"]["host_cpu_target"] == "<= 2 ms"
     # The channel spares the engine the work of a `docker exec` per command.
     assert rows["exec"]["host_cpu_ms"] < rows["exec_docker"]["host_cpu_ms"]
+    # A process start inside is part of every command's round trip.
+    assert 0 < rows["process_start"]["p50_ms"] < rows["exec"]["p50_ms"]
     assert data["warm_pool_hits"] == 5
 
 
