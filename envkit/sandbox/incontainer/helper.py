@@ -34,7 +34,6 @@ import socket
 import stat
 import sys
 import time
-from datetime import UTC
 
 # sqlite3, subprocess and threading are imported where they are used: every millisecond of
 # start-up is paid on each reset (http.client is avoided altogether: its import costs ~25 ms).
@@ -384,9 +383,9 @@ def seed_commit(workspace=WORKSPACE):
 
 def _iso_seconds(text):
     """Seconds since the epoch of a UTC time written as GIT_ENV writes it (...T...Z)."""
-    from datetime import datetime
+    import calendar
 
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ"))
 
 
 def git(*args, cwd=WORKSPACE):
