@@ -45,7 +45,7 @@ def sandbox(
                         "environment, whose sandbox starts from its task's own image at reset",
                         f"measure its episodes instead: envkit bench episode {env}")
     runs = [runtime]
-    if runtime.limits.runtime == "gvisor":  # runc first, as the baseline of the same run
+    if runtime.limits.gvisor:  # runc first, as the baseline of the same run
         runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))
     results: list[tuple[EnvRuntime, list[Any], dict[str, Any]]] = []
     with Progress(console=console, transient=True, disable=as_json) as progress:
@@ -63,7 +63,7 @@ def sandbox(
         print_json(doc)
     else:
         for rt, rows, context in results:
-            gvisor = rt.limits.runtime == "gvisor"
+            gvisor = rt.limits.gvisor
             table = Table(title=f"envkit bench sandbox --runtime {rt.limits.runtime}  (N={n}, pool {pool_size}, "
                                 f"{rt.env.ref}, {context['cpus']} CPUs)")
             cols = ("metric", "p50", "p90", "mean", "target", "host CPU/op", "target ", *(("vs runc",) if gvisor else ()), "met")

@@ -31,6 +31,11 @@ class SandboxLimits:
     cpuset: str | None = None  # the cores the containers may use ("1", "2-7"): a runner's CPU partition, not the spec's
     runtime: str = "runc"  # runc | gvisor (envkit.sandbox.runtimes chooses: the user's call, not only the spec's)
 
+    @property
+    def gvisor(self) -> bool:
+        """Under gVisor: some limits are enforced inside the sandbox instead (docs/architecture.md, Runtimes)."""
+        return self.runtime == "gvisor"
+
     @classmethod
     def from_spec(cls, limits: LimitsSection) -> SandboxLimits:
         return cls(

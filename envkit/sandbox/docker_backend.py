@@ -374,7 +374,7 @@ class DockerSandbox:
         """Whether the sandbox's processes fill its pids limit (the engine's stats, ~5 ms).
         Under gVisor the host counts the sentry's threads, not the agent's processes: the
         channel samples the guest's own count instead (helper.py's _AgentPids)."""
-        if self.limits.runtime == "gvisor":
+        if self.limits.gvisor:
             return False
         try:
             stats = self.container.stats(stream=False, one_shot=True).get("pids_stats") or {}
@@ -404,7 +404,7 @@ class DockerSandbox:
             time.sleep(0.1)
         if running is False:
             state = self.container.attrs.get("State") or {}
-            if self.limits.runtime == "gvisor" and state.get("OOMKilled") and self._engine_answers():
+            if self.limits.gvisor and state.get("OOMKilled") and self._engine_answers():
                 # The host's OOM killer took the sentry with the agent's memory (its pick, not the
                 # agent's process's stub): the sandbox's memory was the agent's doing, never infra.
                 return ModelFailure("oom", f"the sandbox ran out of memory during {what}: under gVisor the host's OOM "
@@ -549,7 +549,7 @@ class DockerSandbox:
         the command is given the spec's pids as RLIMIT_NPROC (no channel puts it in the agent's
         pids cgroup; hits are not counted on this path)."""
         out, err = _Capped(limit), _Capped(limit)
-        if self.limits.runtime == "gvisor" and self.users.get(user, user).split(":")[0] not in ("0", "root"):
+        if self.limits.gvisor and self.users.get(user, user).split(":")[0] not in ("0", "root"):
             cmd = ["/bin/bash", "-c", f'ulimit -u {int(self.limits.pids)} && exec "$@"', "envkit-exec", *cmd]
         try:
             ex = self._api.exec_create(self.id, cmd, stdin=stdin is not None, user=self.users.get(user, user),
@@ -578,7 +578,7 @@ class DockerSandbox:
         workdir = workdir or self.workdir
         timeout = float(timeout_s if timeout_s is not None else self.limits.command_timeout_s)
         nonce = "@@envkit-" + secrets.token_hex(8)
-        oom_before = self.host_oom_kills() if self.limits.runtime == "gvisor" else None
+        oom_before = self.host_oom_kills() if self.limits.gvisor else None
         t0 = time.monotonic()
         out, err, backstop, status = self._run(
             ["/bin/bash", _EXEC, nonce, f"{timeout:g}", command], user=user, env=env, workdir=workdir,
@@ -812,7 +812,7 @@ class DockerSandbox:
         # A saturated pids cgroup leaves no room for the exec that would clean it: lift the
         # limit for the cleanup (raw update endpoint; the SDK's update() lacks PidsLimit).
         # (Under gVisor the channel's cleanup runs outside the agent's pids limit: nothing to lift.)
-        if self.limits.runtime == "gvisor":
+        if self.limits.gvisor:
             return
         try:
             url = self._api._url("/containers/{0}/update", self.id)
@@ -950,7 +950,7 @@ def limit_options(lim: SandboxLimits) -> dict[str, Any]:
     writes no /etc/hosts: the envkit base image resolves ``localhost`` with libnss-myhostname
     (an image on an older base does not), container environments get one written in
     (:mod:`envkit.sandbox.container`)."""
-    gvisor = lim.runtime == "gvisor"
+    gvisor = lim.gvisor
     # Under gVisor the host cgroup holds the sentry, the gofer and a stub process per guest
     # process: the host limits are sized for them, the spec's pids are enforced inside
     # (guest_args), and the memory limit gets the sentry's and gofer's own share on top.
@@ -984,7 +984,7 @@ def gvisor_host_pids(pids: int) -> int:
 def guest_args(lim: SandboxLimits) -> list[str]:
     """What the command channel (``helper.py serve``) is told about limits it enforces itself:
     under gVisor, the spec's pids limit on every process it starts (helper.py's _AgentPids)."""
-    return ["--agent-pids", str(lim.pids)] if lim.runtime == "gvisor" else []
+    return ["--agent-pids", str(lim.pids)] if lim.gvisor else []
 
 
 def start_container(client: Any, image: str, options: dict[str, Any], prepare: Any = None) -> Any:
