@@ -1,11 +1,15 @@
 """The run lockfile, ``RUN/envkit-run.lock``: every environment of a run as the recipe names it
-(``ref``), what that resolved to when the run started (``resolved``: ns/name@version) and its
-content (``bundle_digest``, ``image_id``, per-task images of a container environment).
+(``ref``), what that resolved to when the run started (``resolved``: ns/name@version), its
+content (``bundle_digest``, ``image_id``, per-task images of a container environment) and the
+sandbox runtime it ran under (``runtime``, and why: ``runtime_why``).
 
 Refs without a version are resolved once, at the start of a run; a resumed run resolves them
 to the locked version again (:func:`pinned_ref`) and refuses to go on when any environment's
 content differs from the lock (:func:`check_resume`): training on from a checkpoint against a
-different verifier or task set would mix two environments in one run without saying so."""
+different verifier or task set would mix two environments in one run without saying so. So it
+does when the runtime changed by default (e.g. gVisor no longer registered, so a pulled
+environment would fall back to runc); a runtime asked for (``--runtime``, ENVKIT_RUNTIME) is
+the user's call, and each trajectory records its runtime."""
 
 from __future__ import annotations
 
@@ -26,7 +30,11 @@ def lock_entry(ref: str, runtime: Any) -> dict[str, Any]:
     """One environment's line of the lock, from its loaded runtime."""
     build = runtime.build
     return {"ref": ref, "resolved": runtime.env.ref, "bundle_digest": build.bundle_digest, "image_id": build.image_id,
-            "task_images": dict(sorted(build.task_images.items())), "source": str(runtime.env.root)}
+            "task_images": dict(sorted(build.task_images.items())), "source": str(runtime.env.root),
+            "runtime": runtime.runtime_choice.runtime, "runtime_why": runtime.runtime_choice.why}
+
+
+_ASKED = ("--runtime", "ENVKIT_RUNTIME")  # runtime choices the user made for this run
 
 
 def write_lock(run_dir: Path, entries: list[dict[str, Any]]) -> Path:
@@ -80,3 +88,9 @@ def check_resume(lock: dict[str, dict[str, Any]], entries: list[dict[str, Any]],
                     f"then ({lock_path}), {cur.get(key)} now (from {cur['source']})",
                     f"restore {was['resolved']} as it was (e.g. `envkit pull {was['resolved']}`), or start a new run "
                     "(a new run_dir) to train on the environment as it is now")
+        if "runtime" in was and was["runtime"] != cur.get("runtime") and cur.get("runtime_why") not in _ASKED:
+            raise UserError(
+                f"environment `{ref}` ran under {was['runtime']} when this run started ({was.get('runtime_why')}; "
+                f"{lock_path}), and would now run under {cur.get('runtime')} ({cur.get('runtime_why')})",
+                f"make {was['runtime']} available again (gVisor: `bash scripts/setup.sh`), or pass "
+                f"--runtime {cur.get('runtime')} to resume under it knowingly (each trajectory records its runtime)")

@@ -8,7 +8,8 @@ from envkit.errors import UserError
 from rl_runner.recipes.runlock import LOCK_NAME, check_resume, pinned_ref, read_lock, write_lock
 
 ENTRY = {"ref": "envkit/pyfix", "resolved": "envkit/pyfix@1.1.0", "bundle_digest": "sha256:" + "a" * 64,
-         "image_id": "sha256:" + "b" * 64, "task_images": {}, "source": "/cache/envkit/pyfix/1.1.0"}
+         "image_id": "sha256:" + "b" * 64, "task_images": {}, "source": "/cache/envkit/pyfix/1.1.0",
+         "runtime": "gvisor", "runtime_why": "default for a pulled environment"}
 
 
 def test_a_ref_without_a_version_keeps_the_locked_one(tmp_path):
@@ -40,3 +41,18 @@ def test_a_lock_that_cannot_be_read_is_a_clear_error(tmp_path):
     (tmp_path / LOCK_NAME).write_text('{"environments": [{"no": "ref"}]')
     with pytest.raises(UserError, match="not a run lock"):
         read_lock(tmp_path)
+
+
+def test_a_resume_that_would_change_the_runtime_by_default_is_refused(tmp_path):
+    path = write_lock(tmp_path, [ENTRY])
+    lock = read_lock(tmp_path)
+    assert lock is not None
+    fallback = {**ENTRY, "runtime": "runc", "runtime_why": "default for a pulled environment; gVisor missing"}
+    with pytest.raises(UserError) as e:
+        check_resume(lock, [fallback], path)
+    assert "ran under gvisor" in e.value.message and "would now run under runc" in e.value.message
+    assert "scripts/setup.sh" in e.value.hint and "--runtime runc" in e.value.hint
+    for asked in ("--runtime", "ENVKIT_RUNTIME"):  # the user's call: goes on
+        check_resume(lock, [{**fallback, "runtime_why": asked}], path)
+    old = {k: v for k, v in ENTRY.items() if not k.startswith("runtime")}  # a lock from before runtimes
+    check_resume({"envkit/pyfix": old}, [fallback], path)
