@@ -251,7 +251,8 @@ _FIXES: dict[str, str] = {
     "state.service.path": "name the folder that holds the service's files, relative to envkit.toml",
     "tasks.file": 'give the task file\'s path relative to envkit.toml, e.g. file = "tasks.jsonl"',
     "container.path": "give the task's folder relative to envkit.toml, e.g. \"tasks/<id>\"",
-    "state.repo.commit": "give the full 40-hex commit id that `envkit build` prints, or remove the line",
+    "state.repo.commit": "give the full 40-hex id of the commit a reset makes (`envkit run ENV -t TASK --agent 'shell:git rev-parse HEAD'` "
+                         "prints it), or remove the line",
     "state.repo.seed_file": 'name a file of the workspace, relative to it, e.g. seed_file = ".seed"',
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
