@@ -66,6 +66,26 @@ def test_fork_bomb(sandbox, neighbour):
     neighbour_ok(neighbour)
 
 
+# A chain of processes, each forking its successor and exiting at once: a listing of /proc may
+# miss it, so the reset may skip its kill-as-the-user (kill(-1), which fork cannot race) only on a
+# witness that no process of the user can be left (helper.py's _quiet_users), which a live chain
+# never gives
+FORK_CHAIN = ("setsid nohup python3 -c \"import os\nwhile True:\n    if os.fork(): os._exit(0)\n\" "
+              ">/dev/null 2>&1 &")
+
+
+@pytest.mark.parametrize("user", ["agent", VERIFIER])
+def test_a_fork_and_exit_chain_does_not_outlive_the_reset(sandbox, user):
+    assert sandbox.exec(f"{FORK_CHAIN} echo started", user=user, workdir="/tmp").ok
+    time.sleep(0.5)
+    count = f"ps -e -o user= | grep -c '^{user}' || true"
+    assert int(sandbox.exec(count, user="root", workdir="/").stdout) >= 1  # the chain runs
+    for seed in (1, 2, 3):  # each reset must end it; a chain that slipped through one shows at the next count
+        sandbox.reset(seed)
+        time.sleep(0.2)
+        assert int(sandbox.exec(count, user="root", workdir="/").stdout) == 0, f"alive after reset {seed}"
+
+
 # Starts processes that stay until one cannot start (no shell: bash retries a refused fork for 31 s,
 # and short-lived children make the outcome depend on how fast the machine forks)
 FILL_PIDS = "python3 -c \"import subprocess; [subprocess.Popen(['sleep', '300']) for _ in range(200)]\""

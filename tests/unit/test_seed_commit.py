@@ -65,7 +65,8 @@ EDGES = {
     "bin/run.sh": "x:#!/bin/sh\necho hi\n", "link": "->ab", "dirlink": "->a", "broken": "->nowhere",
     "empty/": "/", "nested/empty/deeper/": "/", "deep/er/est/file.txt": b"deep", "crlf.txt": b"one\r\ntwo\r\n",
     "bin.dat": bytes(range(256)) * 40, "ünï cödé.txt": b"utf-8 name", "sp ace/t\tab": b"odd names",
-    "group-only-exec": b"mode 0o710",
+    "group-only-exec": b"mode 0o710", "big.bin": bytes(range(251)) * 12000,  # 3 MB: read in chunks
+    ".github/workflows/ci.yml": b"on: push\n", ".gitkeep": b"", "x/.gitmodules": b"a plain file\n",
 }
 
 
@@ -80,6 +81,9 @@ def test_the_seed_commit_is_gits_own_and_git_reads_it_clean(tmp_path):
     assert git_out(ours, "status", "--porcelain", "--ignored") == ""  # the index matches the files
     assert git_out(ours, "ls-files", "-s") == git_out(theirs, "ls-files", "-s")
     git_out(ours, "fsck", "--strict", "--no-dangling")  # raises on a malformed object
+    for log in ("logs/HEAD", "logs/refs/heads/main"):  # the branch's log as git writes it
+        assert (ours / ".git" / log).read_bytes() == (theirs / ".git" / log).read_bytes()
+    assert git_out(ours, "rev-parse", "HEAD@{0}") == commit
     (ours / "ab").write_bytes(b"changed\n")
     assert git_out(ours, "status", "--porcelain") == "M ab"
 
@@ -91,6 +95,20 @@ def test_ignore_and_attribute_files_are_left_to_git(tmp_path):
             make_tree(root, {"keep.txt": b"a\r\nb\n", "skip.log": b"ignored?", "sub/x.txt": b"c\r\n", **extra})
         assert helper.seed_commit(str(ours)) == by_git(theirs)
         assert git_out(ours, "status", "--porcelain") == ""
+
+
+def test_what_git_refuses_or_has_nothing_to_commit_fails_as_git_does(tmp_path):
+    for i, files in enumerate(({".GIT/config": b"x"}, {"git~1": b"x"}, {".git. ": b"x"}, {"sub/.Git :x": b"x"},
+                               {".gitmodules": "->ab", "ab": b"x"},
+                               {"empty/": "/"})):
+        ours, theirs = tmp_path / f"ours{i}", tmp_path / f"theirs{i}"
+        for root in (ours, theirs):
+            make_tree(root, files)
+        with pytest.raises(subprocess.CalledProcessError) as git_said:
+            by_git(theirs)
+        with pytest.raises(subprocess.CalledProcessError) as we_said:
+            helper.seed_commit(str(ours))
+        assert we_said.value.stderr == git_said.value.stderr
 
 
 names = st.text(alphabet="ab.-_/xé", min_size=1, max_size=6).filter(

@@ -101,6 +101,27 @@ def _processes(uids, skip_stopped=False):
             yield int(name), uid
 
 
+def _quiet_users(uids):
+    """Those of ``uids`` that provably have no process left (and so cannot start one: only
+    root could, and root is the caller). A listing of /proc alone proves nothing: a chain of
+    processes that each fork and exit outruns it. So only with a witness that no process was
+    born unseen: under gVisor, every process a channel command started is in the agent's pids
+    cgroup (it cannot leave it), and the cgroup is empty (it counts a child before its parent
+    can exit); elsewhere, no pid was handed out in the whole namespace while /proc was read
+    (``ns_last_pid`` the same before and after). No witness: none is quiet."""
+    if _AGENT_PIDS is not None:
+        return set(uids) if _AGENT_PIDS.current() == 0 else set()
+    try:
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            before = f.read()
+        alive = {uid for _pid, uid in _processes(uids)}
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            after = f.read()
+    except OSError:
+        return set()
+    return set(uids) - alive if before == after else set()
+
+
 def _signal_round(uids, sig, skip_stopped=False):
     """Send ``sig`` to every live process whose real uid is in ``uids``; how many got it."""
     found = 0
@@ -242,12 +263,11 @@ def leftovers():
 def scrub():
     """The part of every reset that needs root: no process or file of an earlier episode's
     agent or verifier survives."""
-    # kill(-1) as the user: every process of it, at once (fork cannot race it). A user with no
-    # process left cannot start one (only root could, and root is this reset), so the child
-    # that does it (a fork: 25-55 ms under gVisor) is spared then.
-    alive = {uid for _pid, uid in _processes(EPISODE_UIDS)}
+    # kill(-1) as the user: every process of it, at once (fork cannot race it). The child that
+    # does it (a fork: 25-55 ms under gVisor) is spared only for a user shown to have no process.
+    quiet = _quiet_users(EPISODE_UIDS)
     for uid in EPISODE_UIDS:
-        if uid not in alive:
+        if uid in quiet:
             continue
         try:
             as_user(uid, killall)
@@ -274,22 +294,56 @@ class _NeedGit(Exception):
     files, a nested repository, a file that is neither regular nor a link)."""
 
 
-_GIT_OWN = {b".git", b".gitignore", b".gitattributes"}
+def _git_special(name, link=False):
+    """A name git itself reads or refuses (case-insensitively, as git 2.39 with its defaults on
+    Linux does): .git and the spellings NTFS takes for it (".git.", ".git :x", "git~1"),
+    .gitignore and .gitattributes, and a link with a name like .gitmodules or .gitignore.
+    Ordinary names (.github, .gitkeep) are not."""
+    lower = name.lower()
+    if link and lower.startswith((b".git", b"git~", b"gitmod~", b".mailmap")):
+        return True
+    stem = lower.split(b":")[0].split(b"\\")[0]
+    return stem.rstrip(b" .") in (b".git", b"git~1") or lower in (b".gitignore", b".gitattributes")
 
 
 def _git_put(git_dir, kind, data):
     """Write one loose object (zlib) into ``git_dir``; its hex id."""
+    return _git_put_stream(git_dir, kind, len(data), (data,))
+
+
+def _git_put_stream(git_dir, kind, size, chunks):
+    """``_git_put`` of ``size`` bytes given in ``chunks``, never all held at once (a large file
+    of the seed repository must not take the sandbox's memory): hashed and compressed as they
+    come into a temporary file, then renamed to the object's path."""
     import zlib
 
-    body = b"%s %d\0" % (kind, len(data)) + data
-    oid = hashlib.sha1(body).hexdigest()
+    sha, pack = hashlib.sha1(), zlib.compressobj(1)
+    tmp = os.path.join(git_dir, b"objects", b"incoming")
+    got = 0
+    with open(tmp, "wb") as f:
+        for chunk in _prefixed(kind, size, chunks):
+            sha.update(chunk)
+            f.write(pack.compress(chunk))
+            got += len(chunk)
+        f.write(pack.flush())
+    if got != len(b"%s %d\0" % (kind, size)) + size:
+        os.unlink(tmp)
+        raise _NeedGit("a file changed while it was read")
+    oid = sha.hexdigest()
     folder = os.path.join(git_dir, b"objects", oid[:2].encode())
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, oid[2:].encode())
-    if not os.path.exists(path):
-        with open(path, "xb") as f:
-            f.write(zlib.compress(body, 1))
+    os.replace(tmp, os.path.join(folder, oid[2:].encode()))
     return oid
+
+
+def _prefixed(kind, size, chunks):
+    yield b"%s %d\0" % (kind, size)
+    yield from chunks
+
+
+def _read_chunks(fd, size=1 << 20):
+    while chunk := os.read(fd, size):
+        yield chunk
 
 
 def _git_tree(root, rel, git_dir, index):
@@ -304,24 +358,29 @@ def _git_tree(root, rel, git_dir, index):
         name = entry.name
         if name == b".git" and not rel:
             continue  # the one being written (seed_commit made sure there was none)
-        if name in _GIT_OWN:
-            raise _NeedGit(name)
         path = os.path.join(rel, name) if rel else name
         st = entry.stat(follow_symlinks=False)
+        if _git_special(name, link=stat.S_ISLNK(st.st_mode)):
+            raise _NeedGit(name)
         if stat.S_ISDIR(st.st_mode):
             oid = _git_tree(root, path, git_dir, index)
             if oid is not None:
                 entries.append((name + b"/", b"40000 " + name, oid))
             continue
         if stat.S_ISLNK(st.st_mode):
-            mode, data = 0o120000, os.readlink(entry.path)
+            mode = 0o120000
+            oid = _git_put(git_dir, b"blob", os.readlink(entry.path))
         elif stat.S_ISREG(st.st_mode):
             mode = 0o100755 if st.st_mode & stat.S_IXUSR else 0o100644
-            with open(entry.path, "rb") as f:
-                data = f.read()
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise _NeedGit(path)
+                oid = _git_put_stream(git_dir, b"blob", st.st_size, _read_chunks(fd))
+            finally:
+                os.close(fd)
         else:
             raise _NeedGit(path)
-        oid = _git_put(git_dir, b"blob", data)
         index.append((path, st, mode, oid))
         entries.append((name, b"%o " % mode + name, oid))
     if not entries:
@@ -336,7 +395,7 @@ def _git_index(index):
 
     out = [b"DIRC", struct.pack(">II", 2, len(index))]
     for path, st, mode, oid in sorted(index, key=lambda e: e[0]):
-        fields = (int(st.st_ctime), st.st_ctime_ns % 10**9, int(st.st_mtime), st.st_mtime_ns % 10**9,
+        fields = (st.st_ctime_ns // 10**9, st.st_ctime_ns % 10**9, st.st_mtime_ns // 10**9, st.st_mtime_ns % 10**9,
                   st.st_dev, st.st_ino, mode, st.st_uid, st.st_gid, st.st_size)
         entry = struct.pack(">10I", *(v & 0xFFFFFFFF for v in fields)) + bytes.fromhex(oid)
         entry += struct.pack(">H", min(len(path), 0xFFF)) + path
@@ -347,9 +406,11 @@ def _git_index(index):
 
 def seed_commit(workspace=WORKSPACE):
     """`git init -b main && git add -A && git commit -m "envkit seed"` with GIT_ENV's author,
-    committer and dates, written directly (objects, index, branch): the same commit id, and
-    three processes fewer on every reset (each 40-60 ms under gVisor). A repository with
-    ignore or attribute files or a nested repository is left to git itself. Returns the id."""
+    committer and dates, written directly (objects, index, branch and its log): the same commit
+    id, and three processes fewer on every reset (each 40-60 ms under gVisor). What git treats
+    specially or refuses (ignore, attribute or module files, a nested repository, names such as
+    ".GIT" or "git~1", a file that is neither regular nor a link) and an empty repository
+    (nothing to commit) are left to git itself, which does what it always did. Returns the id."""
     root = os.fsencode(workspace)
     git_dir = os.path.join(root, b".git")
     try:
@@ -358,7 +419,9 @@ def seed_commit(workspace=WORKSPACE):
         for sub in (b"objects/info", b"objects/pack", b"refs/heads", b"refs/tags", b"info"):
             os.makedirs(os.path.join(git_dir, sub))
         index = []
-        tree = _git_tree(root, b"", git_dir, index) or _git_put(git_dir, b"tree", b"")
+        tree = _git_tree(root, b"", git_dir, index)
+        if tree is None:
+            raise _NeedGit("nothing to commit")
     except _NeedGit as e:
         if str(e) != ".git":
             shutil.rmtree(git_dir)  # the one begun here
@@ -372,7 +435,10 @@ def seed_commit(workspace=WORKSPACE):
         who[role] = f"{GIT_ENV[f'GIT_{role}_NAME']} <{GIT_ENV[f'GIT_{role}_EMAIL']}> {stamp} +0000"
     commit = _git_put(git_dir, b"commit", (f"tree {tree}\nauthor {who['AUTHOR']}\ncommitter {who['COMMITTER']}\n\n"
                                            "envkit seed\n").encode())
+    logged = f"{'0' * 40} {commit} {who['COMMITTER']}\tcommit (initial): envkit seed\n".encode()
+    os.makedirs(os.path.join(git_dir, b"logs/refs/heads"))
     files = {b"HEAD": b"ref: refs/heads/main\n", b"refs/heads/main": commit.encode() + b"\n", b"index": _git_index(index),
+             b"logs/HEAD": logged, b"logs/refs/heads/main": logged,
              b"config": b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
                         b"\tlogallrefupdates = true\n"}
     for name, data in files.items():
@@ -716,12 +782,17 @@ class _AgentPids:
         with open(os.path.join(self.ROOT, "cgroup.procs"), "w") as f:
             f.write(str(os.getpid()))
 
-    def full(self):
+    def current(self):
+        """Processes in the cgroup now; None when it cannot be read."""
         try:
             with open(os.path.join(self.path, "pids.current")) as f:
-                return int(f.read()) >= self.limit
+                return int(f.read())
         except (OSError, ValueError):
-            return False
+            return None
+
+    def full(self):
+        current = self.current()
+        return current is not None and current >= self.limit
 
 
 _AGENT_PIDS = None  # an _AgentPids under gVisor (serve --agent-pids N)
