@@ -17,6 +17,7 @@ from envkit.cli.options import runtime_option, use_runtime
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
+from envkit.kinds import kind_of
 from envkit.runtime import EnvRuntime
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
@@ -39,11 +40,11 @@ def sandbox(
     """Cold start, warm acquire, exec round trip and reset latencies."""
     use_runtime(sandbox_runtime)
     loaded = resolve_environment(env)
-    runtime = EnvRuntime(loaded)
-    if runtime.kind.name == "container":
+    if kind_of(loaded.spec).name == "container":  # before building its task images
         raise UserError(f"`bench sandbox` measures sandboxes that exist before a task; {loaded.ref} is a container "
                         "environment, whose sandbox starts from its task's own image at reset",
                         f"measure its episodes instead: envkit bench episode {env}")
+    runtime = EnvRuntime(loaded)
     runs = [runtime]
     if runtime.limits.gvisor:  # runc first, as the baseline of the same run
         runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))

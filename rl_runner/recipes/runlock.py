@@ -8,8 +8,8 @@ to the locked version again (:func:`pinned_ref`) and refuses to go on when any e
 content differs from the lock (:func:`check_resume`): training on from a checkpoint against a
 different verifier or task set would mix two environments in one run without saying so. So it
 does when the runtime changed by default (e.g. gVisor no longer registered, so a pulled
-environment would fall back to runc); a runtime asked for (``--runtime``, ENVKIT_RUNTIME) is
-the user's call, and each trajectory records its runtime."""
+environment would fall back to runc); a runtime asked for (``--runtime``, ENVKIT_RUNTIME, the
+user's config file) is the user's call, and each trajectory records its runtime."""
 
 from __future__ import annotations
 
@@ -34,7 +34,11 @@ def lock_entry(ref: str, runtime: Any) -> dict[str, Any]:
             "runtime": runtime.runtime_choice.runtime, "runtime_why": runtime.runtime_choice.why}
 
 
-_ASKED = ("--runtime", "ENVKIT_RUNTIME")  # runtime choices the user made for this run
+# How a runtime is chosen by no one's call for this run (envkit.sandbox.runtimes.choose_runtime's
+# reasons): the default for a pulled environment or a local folder (a change of the spec's own
+# runtime changes the bundle digest, refused above). --runtime, ENVKIT_RUNTIME and the user's
+# config file are the user's choices.
+_DEFAULT = "default"
 
 
 def write_lock(run_dir: Path, entries: list[dict[str, Any]]) -> Path:
@@ -88,7 +92,7 @@ def check_resume(lock: dict[str, dict[str, Any]], entries: list[dict[str, Any]],
                     f"then ({lock_path}), {cur.get(key)} now (from {cur['source']})",
                     f"restore {was['resolved']} as it was (e.g. `envkit pull {was['resolved']}`), or start a new run "
                     "(a new run_dir) to train on the environment as it is now")
-        if "runtime" in was and was["runtime"] != cur.get("runtime") and cur.get("runtime_why") not in _ASKED:
+        if "runtime" in was and was["runtime"] != cur.get("runtime") and str(cur.get("runtime_why")).startswith(_DEFAULT):
             raise UserError(
                 f"environment `{ref}` ran under {was['runtime']} when this run started ({was.get('runtime_why')}; "
                 f"{lock_path}), and would now run under {cur.get('runtime')} ({cur.get('runtime_why')})",

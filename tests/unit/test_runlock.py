@@ -52,7 +52,7 @@ def test_a_resume_that_would_change_the_runtime_by_default_is_refused(tmp_path):
         check_resume(lock, [fallback], path)
     assert "ran under gvisor" in e.value.message and "would now run under runc" in e.value.message
     assert "scripts/setup.sh" in e.value.hint and "--runtime runc" in e.value.hint
-    for asked in ("--runtime", "ENVKIT_RUNTIME"):  # the user's call: goes on
+    for asked in ("--runtime", "ENVKIT_RUNTIME", "/root/.config/envkit/config.toml runtime.pulled"):  # the user's call
         check_resume(lock, [{**fallback, "runtime_why": asked}], path)
     old = {k: v for k, v in ENTRY.items() if not k.startswith("runtime")}  # a lock from before runtimes
     check_resume({"envkit/pyfix": old}, [fallback], path)
