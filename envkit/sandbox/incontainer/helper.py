@@ -231,7 +231,7 @@ def _digest(path):
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return "not-a-file"
         h = hashlib.sha256()
-        while chunk := os.read(fd, 1 << 20):
+        for chunk in _read_chunks(fd):
             h.update(chunk)
         return h.hexdigest()
     finally:
