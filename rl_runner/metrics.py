@@ -142,6 +142,7 @@ class TrainStats:
     is_raw_max: float | None = None
     is_clipped_frac: float | None = None
     updated: bool | None = None  # False: every advantage was 0, the optimizer was not stepped
+    kl_ref: float | None = None  # trainer.kl_coef > 0: the batch's mean KL(π || starting weights) per model token
 
 
 @dataclass

@@ -378,7 +378,7 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps, grad_clip=t.grad_clip, is_mode=t.is_mode,
                                                   is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
-                                                  micro_batch=t.micro_batch, seed=recipe.seed),
+                                                  micro_batch=t.micro_batch, seed=recipe.seed, kl_coef=t.kl_coef),
                       device="cuda" if not cpu else "cpu")
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)

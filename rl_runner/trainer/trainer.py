@@ -56,6 +56,10 @@ class TrainerConfig:
     dtype: str = "float32"
     micro_batch: int = 16  # sequences per forward pass
     seed: int = 0
+    # β of a KL(π || reference) penalty, the reference being the starting weights (a frozen
+    # copy; 0: no copy is loaded). It anchors what the reward does not ask to change (a tool
+    # call's format) where outcome-only advantages push every token of a failed trajectory down.
+    kl_coef: float = 0.0
 
 
 @dataclass
@@ -88,6 +92,10 @@ class Trainer:
         loaded: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[self.config.dtype])
         self.model: Any = loaded.to(self.device)
         self.model.eval()  # no dropout: the trainer's log-probs must be the policy's
+        self.reference: Any = None
+        if self.config.kl_coef > 0:  # the starting weights, frozen (also on resume: model_dir is the run's start)
+            frozen: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[self.config.dtype])
+            self.reference = frozen.to(self.device).eval().requires_grad_(False)
         c = self.config
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas, eps=c.eps)
         self.step = 0
@@ -95,9 +103,11 @@ class Trainer:
 
     # -- log-probs -----------------------------------------------------------------------
 
-    def _forward(self, samples: list[Sample]) -> list[torch.Tensor]:
-        """Log-probs of each sample's completion tokens under the current weights, after
-        the sampling temperature. Differentiable; callers wrap it in no_grad when needed."""
+    def _forward(self, samples: list[Sample], model: Any = None) -> list[torch.Tensor]:
+        """Log-probs of each sample's completion tokens under the current weights (or
+        ``model``'s), after the sampling temperature. Differentiable; callers wrap it in
+        no_grad when needed."""
+        model = self.model if model is None else model
         out: list[torch.Tensor] = []
         T = self.config.temperature
         for i in range(0, len(samples), self.config.micro_batch):
@@ -109,7 +119,7 @@ class Trainer:
                 seq = s.prompt + s.completion
                 ids[j, :len(seq)] = torch.tensor(seq)
                 attn[j, :len(seq)] = 1
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
+            logits = model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits.float()
             for j, s in enumerate(chunk):
                 p, n = len(s.prompt), len(s.completion)
                 lp = torch.log_softmax(logits[j, p - 1:p + n - 1] / T, dim=-1)
@@ -119,6 +129,11 @@ class Trainer:
     @torch.no_grad()
     def logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
         return [t.cpu() for t in self._forward(samples)]
+
+    @torch.no_grad()
+    def logprobs_of(self, samples: list[Sample], model: Any) -> list[torch.Tensor]:
+        """:meth:`logprobs` under another model's weights (e.g. :attr:`reference`)."""
+        return [t.cpu() for t in self._forward(samples, model)]
 
     @staticmethod
     def divergence(samples: list[Sample], current: list[torch.Tensor]) -> list[dict[str, float]]:
@@ -141,7 +156,10 @@ class Trainer:
         advantage is 0 (each group's rewards equal) has no gradient, and the optimizer is not
         stepped on it: Adam's momentum would keep moving the weights by earlier gradients
         (seen on environments/lookup, 0/1 rewards: zero-gradient steps after one update broke
-        the warmed-up model's tool-call format within 5 steps). The step still counts."""
+        the warmed-up model's tool-call format within 5 steps). The step still counts. With
+        ``kl_coef`` > 0 the loss adds ``kl_coef`` times the k3 estimate of KL(π || reference)
+        per model token (sampled from π); it is part of the step, and like the rest is not
+        stepped when every advantage is 0."""
         t0 = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -151,6 +169,13 @@ class Trainer:
         mask = torch.cat([torch.tensor(s.mask, dtype=torch.float32) for s in samples]).to(cur.device)
         adv = torch.cat([torch.full((len(s.completion),), float(s.advantage)) for s in samples]).to(cur.device)
         loss, stats = policy_loss(cur, beh, adv, mask, mode=self.config.is_mode, cap=self.config.is_cap)
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = torch.cat(self._forward(samples, self.reference))
+            per_token = k3(cur, ref)  # KL(π || reference) from π's samples: log r = ref - cur
+            kl_mean = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+            loss = loss + self.config.kl_coef * kl_mean
+            stats["kl_ref"] = float(kl_mean.detach())
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         updated = bool(adv.any())

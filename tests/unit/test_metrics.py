@@ -69,11 +69,13 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
         out = StepRecord.from_dict(json.loads(line)).to_dict()
         assert out.pop("throughput") == asdict(Throughput())  # fields added since: empty for an older run
         assert out["train"].pop("updated") is None
+        assert out["train"].pop("kl_ref") is None
         assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
     again = StepRecord.from_dict(old).to_dict()
     again.pop("throughput")
     again["train"].pop("updated")
+    again["train"].pop("kl_ref")
     assert again["mismatch"] == {}
     old["failures"]["by_env_version"][ENV]["first_attempt_failures"] = None  # the one field it lacked, now written
     assert again == old
@@ -183,7 +185,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
                         resume_s=0.005, total_s=0.069, served_version="2", served_versions=["2"])
     admitted = admit(step["usable"], step["div"], step["recipe"])
     train = {"loss": 0.5, "grad_norm": 1.5, "model_tokens": 6, "train_s": 0.25, "is_weight_mean": 1.0, "is_raw_max": 1.1,
-             "is_clipped_frac": 0.0, "updated": True}
+             "is_clipped_frac": 0.0, "updated": True, "kl_ref": 0.02}
     step["trajs"][0].loss_mask = [1, 1, 0, 1]  # 3 generated tokens, 1 observation token
     step["trajs"][0].completion_token_ids = [5, 6, 7, 8]
     record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, step_s=4.0, trajs=step["trajs"],
@@ -212,7 +214,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
         return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}") for k, v in node.items()))
 
     d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))  # a step with a probe, as line 1
-    assert keys(d) - keys(first_line) == {f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated"}  # added since
+    assert keys(d) - keys(first_line) == {f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref"}  # added since
     assert keys(first_line) <= keys(d)
 
 
