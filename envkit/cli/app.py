@@ -1,9 +1,11 @@
 """The `envkit` Typer app and its error handling: user mistakes exit 2 with a message and
-a hint, never a traceback (set ENVKIT_DEBUG=1 to see one)."""
+a hint, never a traceback (set ENVKIT_DEBUG=1 to see one). SIGTERM and SIGHUP unwind like
+Ctrl-C: whatever the command started (vLLM servers, sandboxes) is stopped on the way out."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import docker.errors
@@ -60,8 +62,28 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """envkit command line."""
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised in the main thread where the signal arrived. Like Ctrl-C's
+    KeyboardInterrupt it unwinds through every ``finally`` and ``with`` block, which stop what
+    the command started (`envkit train` killed by a scheduler left its vLLM server and 32
+    sandboxes running), and ``except Exception`` does not swallow it; unlike it, Typer does not
+    turn it into a silent exit 130, so the status says which signal (128 + its number)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated(signum)
+
+
 def main() -> None:
     debug = bool(os.environ.get("ENVKIT_DEBUG"))
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:  # not one a parent told us to ignore
+            signal.signal(signum, _terminate)
     try:
         app()
     except UserError as e:
@@ -81,6 +103,9 @@ def main() -> None:
             raise
         err_console.print(f"[bold red]error:[/] the Docker engine failed: {escape(str(e))}", soft_wrap=True)
         sys.exit(1)
+    except Terminated as e:
+        err_console.print(f"terminated ({e})")
+        sys.exit(128 + e.signum)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)

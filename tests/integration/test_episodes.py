@@ -1,6 +1,10 @@
 """Episodes end to end through the CLI and the library, with each outcome class."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,29 @@ def test_run_oracle_and_null_via_cli(pyfix_runtime):
     proc = envkit("run", "envkit/pyfix@1.0.0", "--task", "fix-lru-recency", "--agent", "null")
     assert proc.returncode == 0, proc.stderr
     assert "reward 0" in proc.stdout and "outcome ok" in proc.stdout
+
+
+def test_sigterm_ends_a_run_and_removes_its_sandbox(pyfix_runtime, client):
+    """A scheduler's SIGTERM (or a closed terminal's SIGHUP) unwinds like Ctrl-C: the episode's
+    sandbox is removed and the exit status says which signal (128 + 15)."""
+    label = {"label": "org.envkit.sandbox=1"}
+    before = {c.id for c in client.containers.list(all=True, filters=label)}
+    proc = subprocess.Popen([sys.executable, "-m", "envkit.cli.app", "run", "environments/pyfix", "--task", "fix-median",
+                             "--agent", "shell:sleep 45"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        mine: list = []
+        while not any("sleep 45" in " ".join(p) for c in mine for p in c.top().get("Processes") or []):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+            mine = [c for c in client.containers.list(filters=label) if c.id not in before]
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err, err
+    assert not [c for c in client.containers.list(all=True, filters=label) if c.id not in before]
 
 
 def test_shell_agent_partial_credit(pyfix_runtime):
