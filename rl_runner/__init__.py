@@ -1,2 +1,3 @@
-"""The envkit RL runner: vLLM policy (policy/), multi-turn rollouts with failure attribution
-(rollout/). Batches, trainer and weight publication come with the next issues."""
+"""The envkit RL runner: the vLLM policy (policy/), multi-turn rollouts with failure attribution
+(rollout/), batch assembly (batch/), the trainer (trainer/), weight publication, recipes and
+metrics; docs/architecture.md maps every module."""

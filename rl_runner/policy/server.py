@@ -91,12 +91,15 @@ class VLLMServer:
         require("cpu", "a local vLLM server (the alternative: a running one, --policy-url / policy_url)", "vllm")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), env=self.environment(), stdout=log, stderr=log,
+        # On a leash (rl_runner/policy/leash.py): the server's session is its own, and the leash
+        # stops it if this process dies without stopping it. The leash takes the affinity
+        # before it starts the server: every thread and process of the server inherits it.
+        cores = ["--cpus", ",".join(map(str, sorted(self.affinity)))] if self.affinity else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "rl_runner.policy.leash", str(os.getpid()), *cores, "--",
+                                      *self.command()], env=self.environment(), stdout=log, stderr=log,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
-        if self.affinity:
-            # set right after the exec, long before the interpreter (seconds of importing vLLM)
-            # starts a thread or process: each one inherits it
+        if self.affinity:  # the leash itself too, from its first instruction on
             os.sched_setaffinity(self.proc.pid, self.affinity)
         deadline = time.monotonic() + timeout
         while not self.healthy():

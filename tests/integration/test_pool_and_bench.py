@@ -1,6 +1,11 @@
 import json
 import os
+import signal
+import subprocess
 import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +67,15 @@ def test_a_partitions_sandbox_cores_confine_every_command_and_a_refused_cpuset_i
     assert f"refuses the sandboxes' cores ({beyond})" in e.value.message and "--cpu-partition" in e.value.hint
 
 
+def _children(pid: int) -> list[int]:
+    for _ in range(50):
+        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        if kids:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} started no command")
+
+
 def test_a_replica_process_is_held_to_its_cores():
     class Sleeper(VLLMServer):  # the seam: the server's command; the start-up and affinity are VLLMServer's own
         def command(self) -> list[str]:
@@ -73,6 +87,8 @@ def test_a_replica_process_is_held_to_its_cores():
     server = Sleeper("unused", affinity={0}, cpu=True).start()
     try:
         assert server.proc is not None and os.sched_getaffinity(server.proc.pid) == {0}
+        # the command itself, under its leash (rl_runner/policy/leash.py)
+        assert {os.sched_getaffinity(pid) == {0} for pid in _children(server.proc.pid)} == {True}
     finally:
         server.stop()
     unpinned = Sleeper("unused", cpu=True).start()
@@ -80,6 +96,42 @@ def test_a_replica_process_is_held_to_its_cores():
         assert unpinned.proc is not None and os.sched_getaffinity(unpinned.proc.pid) == os.sched_getaffinity(0)
     finally:
         unpinned.stop()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is gone
+    except FileNotFoundError:
+        return True
+
+
+def test_a_replica_outlives_no_process_that_started_it(tmp_path: Path):
+    """A SIGKILL (or the OOM killer) gives envkit no chance to stop its vLLM servers; their
+    leash does, within a second or two: SIGTERM to the server's process group."""
+    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import sys, time
+        from rl_runner.policy.server import VLLMServer
+        class Sleeper(VLLMServer):
+            def command(self):
+                return [sys.executable, "-c", "import time; time.sleep(120)"]
+            def healthy(self, timeout=2.0):
+                return self.proc is not None and self.proc.poll() is None
+        print(Sleeper("unused", cpu=True, log_path=sys.argv[1]).start().proc.pid, flush=True)
+        time.sleep(120)
+        """), str(tmp_path / "server.log")], stdout=subprocess.PIPE, text=True)
+    try:
+        leash = int(starter.stdout.readline())
+        command = _children(leash)
+        assert not _gone(leash) and not any(map(_gone, command))
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+        deadline = time.monotonic() + 10
+        while not (_gone(leash) and all(map(_gone, command))):
+            assert time.monotonic() < deadline, "the server outlived the process that started it"
+            time.sleep(0.2)
+    finally:
+        starter.kill()
+        starter.stdout.close()
 
 
 def test_a_commands_own_time_and_cpu_are_measured_inside_the_sandbox_on_both_paths(pyfix_runtime):
