@@ -4,6 +4,7 @@ Ctrl-C: whatever the command started (vLLM servers, sandboxes) is stopped on the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -63,7 +64,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 class Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised in the main thread where the signal arrived. Like Ctrl-C's
+    """SIGTERM or SIGHUP, raised in the main thread (where Python runs signal handlers). Like Ctrl-C's
     KeyboardInterrupt it unwinds through every ``finally`` and ``with`` block, which stop what
     the command started (`envkit train` killed by a scheduler left its vLLM server and 32
     sandboxes running), and ``except Exception`` does not swallow it; unlike it, Typer does not
@@ -75,7 +76,10 @@ class Terminated(BaseException):
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    signal.signal(signum, signal.SIG_DFL)  # a second one ends the process at once
+    # While it unwinds: a second SIGTERM ends the process at once (a hard stop asked for); a
+    # hang-up is ignored (a closed terminal can deliver two: its shell's and the kernel's).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     raise Terminated(signum)
 
 
@@ -104,7 +108,8 @@ def main() -> None:
         err_console.print(f"[bold red]error:[/] the Docker engine failed: {escape(str(e))}", soft_wrap=True)
         sys.exit(1)
     except Terminated as e:
-        err_console.print(f"terminated ({e})")
+        with contextlib.suppress(OSError):  # a hung-up terminal answers EIO
+            err_console.print(f"terminated ({e})")
         sys.exit(128 + e.signum)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,18 @@ def require_ray() -> Any:
     import ray
 
     return ray
+
+
+def ray_init(ray: Any, **kwargs: Any) -> Any:
+    """``ray.init`` without its SIGTERM handler: Ray's driver handler exits with status 15
+    and no message where envkit's (envkit/cli/app.py) unwinds as for Ctrl-C and exits 143."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        return ray.init(**kwargs)
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 class LocalRayCluster:
@@ -74,7 +88,7 @@ class LocalRayCluster:
         while not ray.is_initialized():
             self._check_procs()
             try:
-                ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+                ray_init(ray, address=self.address, log_to_driver=False, configure_logging=False)
             except ConnectionError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the local Ray head did not start; see {self.temp}/node-0.log") from None

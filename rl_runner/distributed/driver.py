@@ -28,7 +28,7 @@ from typing import Any
 
 from envkit.errors import InfraFailure, UserError
 from envkit.runtime import EnvRuntime
-from rl_runner.distributed.cluster import HOST_RESOURCE, require_ray
+from rl_runner.distributed.cluster import HOST_RESOURCE, ray_init, require_ray
 from rl_runner.distributed.context import before_attempt, queued
 from rl_runner.distributed.host import SandboxHost
 from rl_runner.distributed.local import split
@@ -83,7 +83,7 @@ class RayRollouts:
         self.owns_ray = not ray.is_initialized()
         if self.owns_ray:
             try:
-                ray.init(address=self.address or "auto", log_to_driver=False, configure_logging=False)
+                ray_init(ray, address=self.address or "auto", log_to_driver=False, configure_logging=False)
             except ConnectionError as e:
                 raise UserError(f"no Ray cluster answers at {self.address or 'auto'}: {e}",
                                 "start one (ray start --head …) and pass its address, or omit the address to "

@@ -131,13 +131,22 @@ class VLLMServer:
             return ""
 
     def stop(self, timeout: float = 30) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        """SIGTERM to the leash, which passes it once to every process of the server's group
+        and exits when the group is empty; SIGKILL to the group if that takes past
+        ``timeout``, and to whatever is left of it if the leash itself died first."""
+        if self.proc is None:
             return
-        os.killpg(self.proc.pid, signal.SIGTERM)
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                pass
         try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing left
+        if self.proc.poll() is None:
             self.proc.wait(timeout=10)
 
     def __enter__(self) -> VLLMServer:

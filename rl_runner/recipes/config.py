@@ -39,7 +39,7 @@ class TrainerSection(_Strict):
     is_mode: Literal["tis", "mis", "none"] = "tis"
     is_cap: float = Field(default=2.0, gt=1)
     micro_batch: int = Field(default=16, ge=1, le=4096)
-    kl_coef: float = Field(default=0.0, ge=0, le=100)  # β of a KL(π || starting weights) penalty; 0: none
+    kl_coef: float = Field(default=0.0, ge=0, le=100)  # β of a KL penalty towards the starting weights; 0: none
 
 
 class AsyncSection(_Strict):

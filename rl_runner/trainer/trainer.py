@@ -56,8 +56,8 @@ class TrainerConfig:
     dtype: str = "float32"
     micro_batch: int = 16  # sequences per forward pass
     seed: int = 0
-    # β of a KL(π || reference) penalty, the reference being the starting weights (a frozen
-    # copy; 0: no copy is loaded). It anchors what the reward does not ask to change (a tool
+    # β of a KL penalty towards the reference, the starting weights (a frozen copy; 0: no
+    # copy is loaded); docs/train.md, "The loss". It anchors what the reward does not ask to change (a tool
     # call's format) where outcome-only advantages push every token of a failed trajectory down.
     kl_coef: float = 0.0
 
@@ -157,9 +157,10 @@ class Trainer:
         stepped on it: Adam's momentum would keep moving the weights by earlier gradients
         (seen on environments/lookup, 0/1 rewards: zero-gradient steps after one update broke
         the warmed-up model's tool-call format within 5 steps). The step still counts. With
-        ``kl_coef`` > 0 the loss adds ``kl_coef`` times the k3 estimate of KL(π || reference)
-        per model token (sampled from π); it is part of the step, and like the rest is not
-        stepped when every advantage is 0."""
+        ``kl_coef`` > 0 the loss adds ``kl_coef`` times the mean k3 of the model tokens: its
+        value estimates KL(π || reference), its gradient is in expectation KL(reference || π)'s
+        (docs/train.md); it is part of the step, and like the rest is not stepped when every
+        advantage is 0."""
         t0 = time.monotonic()
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -172,7 +173,7 @@ class Trainer:
         if self.reference is not None:
             with torch.no_grad():
                 ref = torch.cat(self._forward(samples, self.reference))
-            per_token = k3(cur, ref)  # KL(π || reference) from π's samples: log r = ref - cur
+            per_token = k3(cur, ref)  # log r = ref - cur; gradient (1 - ref/π)·∇log π
             kl_mean = (per_token * mask).sum() / mask.sum().clamp(min=1.0)
             loss = loss + self.config.kl_coef * kl_mean
             stats["kl_ref"] = float(kl_mean.detach())

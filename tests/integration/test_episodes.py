@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import docker.errors
 import pytest
 
 from envkit.agents import NullAgent, OracleAgent, ShellAgent, run_episode
@@ -42,6 +43,13 @@ def test_run_oracle_and_null_via_cli(pyfix_runtime):
     assert "reward 0" in proc.stdout and "outcome ok" in proc.stdout
 
 
+def _processes(container) -> list[list[str]]:
+    try:
+        return container.top().get("Processes") or []
+    except docker.errors.APIError:  # gone meanwhile (another test's)
+        return []
+
+
 def test_sigterm_ends_a_run_and_removes_its_sandbox(pyfix_runtime, client):
     """A scheduler's SIGTERM (or a closed terminal's SIGHUP) unwinds like Ctrl-C: the episode's
     sandbox is removed and the exit status says which signal (128 + 15)."""
@@ -49,20 +57,25 @@ def test_sigterm_ends_a_run_and_removes_its_sandbox(pyfix_runtime, client):
     before = {c.id for c in client.containers.list(all=True, filters=label)}
     proc = subprocess.Popen([sys.executable, "-m", "envkit.cli.app", "run", "environments/pyfix", "--task", "fix-median",
                              "--agent", "shell:sleep 45"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running: list = []  # the run's sandbox, once the agent's command runs in it
     try:
         deadline = time.monotonic() + 60
-        mine: list = []
-        while not any("sleep 45" in " ".join(p) for c in mine for p in c.top().get("Processes") or []):
+        while not running:
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-            mine = [c for c in client.containers.list(filters=label) if c.id not in before]
+            new = [c for c in client.containers.list(filters=label) if c.id not in before]
+            running = [c for c in new if any("sleep 45" in " ".join(p) for p in _processes(c))]
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.communicate()
+        left = [c.id for c in client.containers.list(all=True, filters=label) if c.id in {r.id for r in running}]
+        for cid in left:  # the test's own leftovers, whatever it asserts
+            client.containers.get(cid).remove(force=True)
     assert proc.returncode == 128 + signal.SIGTERM and "terminated (SIGTERM)" in err, err
-    assert not [c for c in client.containers.list(all=True, filters=label) if c.id not in before]
+    assert left == []
 
 
 def test_shell_agent_partial_credit(pyfix_runtime):

@@ -67,71 +67,100 @@ def test_a_partitions_sandbox_cores_confine_every_command_and_a_refused_cpuset_i
     assert f"refuses the sandboxes' cores ({beyond})" in e.value.message and "--cpu-partition" in e.value.hint
 
 
-def _children(pid: int) -> list[int]:
+# A server's command for the tests below (the seam: VLLMServer's start-up, leash and stop are its
+# own): a process that starts one more in its group, as vLLM starts its engine core, and sleeps.
+_FAMILY = "import subprocess, time; subprocess.Popen(['sleep', '120']); time.sleep(120)"
+
+
+class _Sleeper(VLLMServer):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", _FAMILY]
+
+    def healthy(self, timeout: float = 2.0) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def _group(leader: int, at_least: int = 0) -> list[int]:
+    """The live processes of ``leader``'s process group, the leader included; waits (5 s at
+    most) until there are ``at_least``."""
     for _ in range(50):
-        kids = [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        if kids:
-            return kids
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+            except (OSError, IndexError, ValueError):
+                continue
+            if int(pgrp) == leader and state != "Z":
+                found.append(int(entry.name))
+        if len(found) >= at_least:
+            return found
         time.sleep(0.1)
-    raise AssertionError(f"process {pid} started no command")
+    raise AssertionError(f"the group of {leader} has {found}, not {at_least} processes")
 
 
 def test_a_replica_process_is_held_to_its_cores():
-    class Sleeper(VLLMServer):  # the seam: the server's command; the start-up and affinity are VLLMServer's own
-        def command(self) -> list[str]:
-            return [sys.executable, "-c", "import time; time.sleep(60)"]
-
-        def healthy(self, timeout: float = 2.0) -> bool:
-            return self.proc is not None and self.proc.poll() is None
-
-    server = Sleeper("unused", affinity={0}, cpu=True).start()
+    server = _Sleeper("unused", affinity={0}, cpu=True).start()
     try:
         assert server.proc is not None and os.sched_getaffinity(server.proc.pid) == {0}
-        # the command itself, under its leash (rl_runner/policy/leash.py)
-        assert {os.sched_getaffinity(pid) == {0} for pid in _children(server.proc.pid)} == {True}
+        assert {os.sched_getaffinity(pid) == {0} for pid in _group(server.proc.pid, 3)} == {True}
     finally:
         server.stop()
-    unpinned = Sleeper("unused", cpu=True).start()
+    unpinned = _Sleeper("unused", cpu=True).start()
     try:
         assert unpinned.proc is not None and os.sched_getaffinity(unpinned.proc.pid) == os.sched_getaffinity(0)
     finally:
         unpinned.stop()
+    # the leash takes the cores itself, before the command starts (no pin from outside here)
+    shown = subprocess.run([sys.executable, "-m", "rl_runner.policy.leash", str(os.getpid()), "--cpus", "0", "--",
+                            sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True, timeout=30)
+    assert (shown.returncode, shown.stdout.strip()) == (0, "[0]"), shown
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie is gone
-    except FileNotFoundError:
-        return True
+def test_stopping_a_replica_stops_its_whole_group():
+    """VLLMServer.stop: one SIGTERM, passed on by the leash to every process of the server's
+    group (the engine core's too), and it returns when none is left."""
+    server = _Sleeper("unused", cpu=True).start()
+    assert server.proc is not None
+    family = _group(server.proc.pid, 3)  # the leash, the command, the command's child
+    t0 = time.monotonic()
+    server.stop()
+    assert time.monotonic() - t0 < 10 and _group(server.proc.pid) == []
+    assert server.proc.returncode == 128 + signal.SIGTERM, family
 
 
 def test_a_replica_outlives_no_process_that_started_it(tmp_path: Path):
     """A SIGKILL (or the OOM killer) gives envkit no chance to stop its vLLM servers; their
-    leash does, within a second or two: SIGTERM to the server's process group."""
-    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    leash does, within a second or two: SIGTERM to every process of the server's group."""
+    starter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
         from rl_runner.policy.server import VLLMServer
         class Sleeper(VLLMServer):
             def command(self):
-                return [sys.executable, "-c", "import time; time.sleep(120)"]
+                return [sys.executable, "-c", {_FAMILY!r}]
             def healthy(self, timeout=2.0):
                 return self.proc is not None and self.proc.poll() is None
         print(Sleeper("unused", cpu=True, log_path=sys.argv[1]).start().proc.pid, flush=True)
         time.sleep(120)
         """), str(tmp_path / "server.log")], stdout=subprocess.PIPE, text=True)
+    leash = 0
     try:
         leash = int(starter.stdout.readline())
-        command = _children(leash)
-        assert not _gone(leash) and not any(map(_gone, command))
+        assert len(_group(leash, 3)) == 3
         starter.send_signal(signal.SIGKILL)
         starter.wait()
         deadline = time.monotonic() + 10
-        while not (_gone(leash) and all(map(_gone, command))):
+        while _group(leash):
             assert time.monotonic() < deadline, "the server outlived the process that started it"
             time.sleep(0.2)
     finally:
         starter.kill()
         starter.stdout.close()
+        if leash:
+            try:
+                os.killpg(leash, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_a_commands_own_time_and_cpu_are_measured_inside_the_sandbox_on_both_paths(pyfix_runtime):

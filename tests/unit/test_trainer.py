@@ -124,8 +124,8 @@ def test_a_batch_without_advantage_moves_no_weight_and_keeps_the_optimizer_state
 
 
 def test_the_reference_penalty_holds_the_policy_near_its_start(model_dir: Path):
-    """trainer.kl_coef: the same 20 steps (lr 1e-2) with and without a KL(π || starting
-    weights) penalty; with it the policy ends far nearer its start (measured here: KL 0.50
+    """trainer.kl_coef: the same 20 steps (lr 1e-2) with and without a KL penalty towards the
+    starting weights; with it the policy ends far nearer its start (measured here: KL 0.50
     against 21.7 on tokens neither trained on), and the reference itself never moves."""
     free = Trainer(model_dir, TrainerConfig(lr=1e-2))
     held = Trainer(model_dir, TrainerConfig(lr=1e-2, kl_coef=1.0))
