@@ -30,19 +30,24 @@ from pathlib import Path
 GRACE_S = 20.0
 
 
-def _others() -> list[int]:
-    """The live processes of this process group but this one (zombies are gone)."""
-    me, group, out = os.getpid(), os.getpgrp(), []
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (zombies are gone)."""
+    out = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == me:
+        if not entry.name.isdigit():
             continue
         try:
             state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
         except (OSError, IndexError, ValueError):
-            continue
-        if int(pgrp) == group and state != "Z":
+            continue  # exited while being read
+        if int(pgrp) == pgid and state != "Z":
             out.append(int(entry.name))
     return out
+
+
+def _others() -> list[int]:
+    """This process group's live processes but this one."""
+    return [pid for pid in group_members(os.getpgrp()) if pid != os.getpid()]
 
 
 def _kill(pids: list[int], signum: int) -> None:
@@ -86,19 +91,14 @@ def main(argv: list[str]) -> int:
             try:
                 code = child.wait(timeout=1.0)
             except subprocess.TimeoutExpired:
-                pass
+                if os.getppid() != parent:  # envkit is gone: this process was re-parented
+                    group.stop()
         else:
-            time.sleep(0.2)
-        if code is not None:
-            left = _others()
-            if not left:
+            if not _others():
                 return code if code >= 0 else 128 - code
             group.stop()  # the command is gone: the rest of its group goes too
-            if group.overdue():
-                _kill(left, signal.SIGKILL)
-        elif os.getppid() != parent:  # envkit is gone: this process was re-parented
-            group.stop()
-        if code is None and group.overdue():
+            time.sleep(0.2)
+        if group.overdue():
             _kill(_others(), signal.SIGKILL)
 
 

@@ -127,12 +127,8 @@ class Trainer:
         return out
 
     @torch.no_grad()
-    def logprobs(self, samples: list[Sample]) -> list[torch.Tensor]:
-        return [t.cpu() for t in self._forward(samples)]
-
-    @torch.no_grad()
-    def logprobs_of(self, samples: list[Sample], model: Any) -> list[torch.Tensor]:
-        """:meth:`logprobs` under another model's weights (e.g. :attr:`reference`)."""
+    def logprobs(self, samples: list[Sample], model: Any = None) -> list[torch.Tensor]:
+        """Under the current weights, or ``model``'s (e.g. :attr:`reference`)."""
         return [t.cpu() for t in self._forward(samples, model)]
 
     @staticmethod

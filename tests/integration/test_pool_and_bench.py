@@ -13,6 +13,7 @@ from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.sandbox.pool import WarmPool
 from rl_runner.partition import check_engine
+from rl_runner.policy.leash import group_members
 from rl_runner.policy.server import VLLMServer
 
 from ..conftest import envkit
@@ -84,14 +85,7 @@ def _group(leader: int, at_least: int = 0) -> list[int]:
     """The live processes of ``leader``'s process group, the leader included; waits (5 s at
     most) until there are ``at_least``."""
     for _ in range(50):
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                state, _ppid, pgrp = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
-            except (OSError, IndexError, ValueError):
-                continue
-            if int(pgrp) == leader and state != "Z":
-                found.append(int(entry.name))
+        found = group_members(leader)
         if len(found) >= at_least:
             return found
         time.sleep(0.1)

@@ -139,7 +139,7 @@ def test_the_reference_penalty_holds_the_policy_near_its_start(model_dir: Path):
     assert last["kl_ref"] > 0
 
     probe = _samples(99, n=8)
-    reference = torch.cat(held.logprobs_of(probe, held.reference))
+    reference = torch.cat(held.logprobs(probe, held.reference))
 
     def drift(t: Trainer) -> float:
         return float(k3(torch.cat(t.logprobs(probe)), reference).mean())
