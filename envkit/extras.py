@@ -12,6 +12,7 @@ the registry client and the Python API (:func:`envkit.make`). The rest are extra
     openenv  envkit serve (OpenEnv's server)
     s3       S3-compatible blob storage for the registry server
     browser  the browser tool of website environments (Playwright driving Debian's Chromium)
+    synth    envkit synth (libcst: bugs made on the syntax tree, formatting kept)
     dev      tests, lint and type checks
 
 A command imports its optional packages when it runs, never when the CLI loads, and calls
@@ -40,6 +41,7 @@ PROVIDES: dict[str, tuple[str, ...]] = {
     "openenv": ("openenv",),
     "s3": ("boto3",),
     "browser": ("playwright",),
+    "synth": ("libcst",),
 }
 _CUDA_TWIN = {"cpu": "gpu"}  # torch and vLLM come with the CPU build or with the CUDA one
 

@@ -9,8 +9,12 @@ Layout inside the image::
 
     /env/        the whole bundle, owned by the verifier user (uid 1001), mode 0700:
                  tasks, oracles and hidden tests are invisible to the agent (uid 1000)
-    /seed/repo/  the repository's files (world-readable): reset copies them to /workspace
+    /seed/repo/  the repository's files (world-readable): reset copies them to /workspace;
+                 root's only (0700) when tasks carry patches: then it is the pristine project
+    /seed/patches/<task>.diff  each task's patch, applied by the reset (root's only)
     /seed/repo.json  {"seed_file": PATH} when each reset writes the seed into the workspace
+    /usr/local/lib/python3.11/dist-packages/envkit-workspace.pth  with [state] repo.python_path:
+                 the workspace's import folder on the path of the agent user's Python processes
     /seed/app/   the service's files; /seed/service.json how to run it; /seed/db/fixture.sql
     /opt/envkit/ the in-sandbox helpers (exec wrapper, reset/state-hash helper)
 """
@@ -30,10 +34,11 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
+from envkit.base import AGENT_UID, VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
 from envkit.bundle import Bundle, BundleEntry, make_bundle, tar_info
 from envkit.engine import connect
 from envkit.errors import BuildError
+from envkit.pylock import IMAGE_SITE
 from envkit.spec import EnvSpec, LoadedEnvironment
 from envkit.version import __version__
 
@@ -42,7 +47,8 @@ __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build_from_bundle", "b
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
-HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py")
+HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py",
+           "calltrace.py", "suite_runner.py", "suite_verifier.py")
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,16 @@ def _layer(bundle: Bundle, spec: EnvSpec) -> bytes:
                 put(BundleEntry(f"{dest}/{e.path[len(prefix):]}", e.kind, e.mode, e.data, e.target), 0)
 
     state = spec.state
+    patches = _task_patches(bundle, spec)
     if state.repo is not None:
         publish_folder(state.repo.path, "seed/repo")
+        if patches:  # the pristine project is the fix of every task: root's only
+            put(BundleEntry("seed/repo", "dir", 0o700), 0)
+            put(BundleEntry("seed/patches", "dir", 0o700), 0)
+            for task_id, data in patches.items():
+                put(BundleEntry(f"seed/patches/{task_id}.diff", "file", 0o600, data), 0)
+        if state.repo.python_path is not None:
+            put(BundleEntry(WORKSPACE_PTH, "file", 0o644, _workspace_pth(state.repo.python_path)), 0)
         if state.repo.seed_file is not None:
             seeded = json.dumps({"seed_file": state.repo.seed_file}, sort_keys=True).encode()
             put(BundleEntry("seed/repo.json", "file", 0o644, seeded), 0)
@@ -120,7 +134,43 @@ def _layer(bundle: Bundle, spec: EnvSpec) -> bytes:
     return buf.getvalue()
 
 
-def _config(bundle: Bundle, spec: EnvSpec, base: BaseImage, layer_diff_id: str) -> bytes:
+WORKSPACE_PTH = f"{IMAGE_SITE}/envkit-workspace.pth"
+
+
+def _workspace_pth(python_path: str) -> bytes:
+    """A .pth line that puts the workspace's import folder on sys.path for the agent user's
+    processes only: the verifier's and root's Python must never import from a folder the
+    agent writes (a module named like one they import would run as them)."""
+    folder = "/workspace" if python_path == "." else f"/workspace/{python_path}"
+    return f"import os, sys; os.getuid() == {AGENT_UID} and sys.path.append({folder!r})\n".encode()
+
+
+def _task_patches(bundle: Bundle, spec: EnvSpec) -> dict[str, bytes]:
+    """Each task's patch (tasks that have one), read from the bundle's task file."""
+    out: dict[str, bytes] = {}
+    try:
+        lines = bundle.file(spec.tasks.file).decode().splitlines()
+    except KeyError:
+        return out
+    for line in lines:
+        if line.strip():
+            task = json.loads(line)
+            if task.get("patch"):
+                out[str(task["id"])] = bundle.file(str(task["patch"]))
+    return out
+
+
+def _python_layer(bundle: Bundle, spec: EnvSpec) -> bytes | None:
+    """The layer of locked wheels ([image] python_lock), or None."""
+    if spec.image.python_lock is None:
+        return None
+    from envkit.pylock import cached_layer
+
+    return cached_layer(bundle.file(spec.image.python_lock).decode(), spec.image.python_lock)
+
+
+def _config(bundle: Bundle, spec: EnvSpec, base: BaseImage, layer_diff_id: str,
+            extra: tuple[str, ...] = ()) -> bytes:
     ref = f"{spec.environment.name}@{spec.environment.version}"
     labels = {
         "org.envkit.env": ref,
@@ -130,11 +180,12 @@ def _config(bundle: Bundle, spec: EnvSpec, base: BaseImage, layer_diff_id: str) 
         "org.envkit.layout": str(LAYOUT_VERSION),
     }
     return image_config_bytes(
-        diff_ids=[*base.diff_ids, layer_diff_id],
+        diff_ids=[*base.diff_ids, *extra, layer_diff_id],
         env=[*base.env, f"ENVKIT_ENV={ref}"],
         cmd=["sleep", "infinity"],
         labels=labels,
-        history=[*(f"base layer {i}" for i in range(len(base.diff_ids))), f"envkit bundle {bundle.digest}"],
+        history=[*(f"base layer {i}" for i in range(len(base.diff_ids))), *(f"python wheels {d}" for d in extra),
+                 f"envkit bundle {bundle.digest}"],
         working_dir="/workspace",
     )
 
@@ -145,7 +196,9 @@ def build_from_bundle(bundle: Bundle, spec: EnvSpec, *, client: Any | None = Non
     base = find_base(client, spec.image.pinned_digest)
     layer = _layer(bundle, spec)
     diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
-    config = _config(bundle, spec, base, diff_id)
+    wheels = _python_layer(bundle, spec)
+    wheels_id: tuple[str, ...] = ("sha256:" + hashlib.sha256(wheels).hexdigest(),) if wheels is not None else ()
+    config = _config(bundle, spec, base, diff_id, wheels_id)
     expected = "sha256:" + hashlib.sha256(config).hexdigest()
     tag = image_tag(spec)
     repo, _, version = tag.rpartition(":")
@@ -159,6 +212,8 @@ def build_from_bundle(bundle: Bundle, spec: EnvSpec, *, client: Any | None = Non
     with tempfile.TemporaryDirectory(prefix="envkit-image-") as tmp:
         archive = Path(tmp) / "image.tar"
         layers: list[tuple[str, Path | bytes | None]] = [(d, None) for d in base.diff_ids]
+        if wheels is not None:
+            layers.append((wheels_id[0], wheels))
         layers.append((diff_id, layer))
         docker_archive(archive, config=config, layers=layers, tags=[tag])
         try:

@@ -51,6 +51,7 @@ __all__ = ["KINDS", "ContainerKind", "ContainerSandboxSpec", "EnvKind", "ImageKi
            "build", "kind_of"]
 
 ORACLE_PATH = "/tmp/envkit-oracle.sh"  # an image environment's oracle script, as the agent sees it
+ORACLE_PATCH = "/tmp/envkit-oracle.diff"  # or its patch
 
 
 # -- sandbox specs: picklable, enough to make sandboxes anywhere ------------------------------
@@ -197,7 +198,8 @@ class ImageKind:
         replayed through the agent's own tools:
         ``{"actions": [{"tool": "http", "method", "path", "body"}, {"tool": "answer", "text"}]}``.
         An argument written ``{"from_bash": COMMAND}`` is what COMMAND prints (stripped), run as
-        the agent first, in the trace like any step: an answer that depends on the seeded state."""
+        the agent first, in the trace like any step: an answer that depends on the seeded state.
+        A ``.diff`` oracle is a patch applied in the workspace (``git apply``, as the agent)."""
         path = episode.runtime.env.root / episode.task.oracle
         if path.suffix == ".json":
             for action in json.loads(path.read_text())["actions"]:
@@ -207,6 +209,10 @@ class ImageKind:
                 args = {k: episode.step(str(v["from_bash"])).stdout.strip() if isinstance(v, dict) and set(v) == {"from_bash"}
                         else v for k, v in action.items() if k != "tool"}
                 episode.act(str(tool), args)
+            return
+        if path.suffix == ".diff":
+            episode.sandbox.put_file(ORACLE_PATCH, path.read_bytes(), mode=0o644)
+            episode.step(f"cd /workspace && git apply --whitespace=nowarn {ORACLE_PATCH} && rm -f {ORACLE_PATCH}")
             return
         episode.sandbox.put_file(ORACLE_PATH, path.read_bytes(), mode=0o755)
         episode.step(f"bash {ORACLE_PATH}")

@@ -84,6 +84,10 @@ class ImageSection(_Strict):
     build: Literal["envkit", "dockerfile"] = "envkit"
     # FROM image -> local image, for bases that cannot be pulled (dockerfile builds only).
     base_map: dict[str, str] = Field(default_factory=dict)
+    # Python wheels installed into the image's site-packages (a layer of their own): a file of
+    # `name==version --hash=sha256:<64 hex>  # file: <wheel file name>` lines (envkit synth
+    # writes it). Wheels come from envkit's cache by hash, or are downloaded once.
+    python_lock: EnvPath | None = None
 
     @field_validator("base")
     @classmethod
@@ -107,6 +111,15 @@ class RepoState(_Strict):
     # state that differs from seed to seed, the same for the same seed (e.g. a value the agent
     # has to look up, derived from it by a script of the repository).
     seed_file: EnvPath | None = None
+    # Where the project's modules import from, relative to the repository ("." or e.g. "src"):
+    # put on the path of every Python process of the agent user (an install from /workspace,
+    # not a second copy), never on the verifier's or root's.
+    python_path: str | None = None
+
+    @field_validator("python_path")
+    @classmethod
+    def _python_path(cls, v: str | None) -> str | None:
+        return v if v in (None, ".") else _inside_environment(v)
 
     @field_validator("commit")
     @classmethod
@@ -228,6 +241,9 @@ class Task(_Strict):
     oracle: EnvPath
     params: dict[str, Any] = Field(default_factory=dict)
     container: ContainerTask | None = None  # container environments only
+    # The task's own state: the repository with this unified diff applied at every reset (a
+    # synthesized bug). The pristine repository is then readable by root only.
+    patch: EnvPath | None = None
 
     @field_validator("id")
     @classmethod
@@ -262,6 +278,9 @@ _FIXES: dict[str, str] = {
     "state.database.fixture": "give the .sql file that creates and fills the database, relative to envkit.toml",
     "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
     "oracle": "give the path of the task's oracle script, relative to envkit.toml",
+    "patch": "give the path of the task's patch (a unified diff against the repository), relative to envkit.toml",
+    "image.python_lock": "give the lock file's path relative to envkit.toml (envkit synth writes python.lock)",
+    "state.repo.python_path": 'use "." or the folder the project imports from, e.g. "src"',
 }
 
 _TYPE_FIXES = {
@@ -334,6 +353,8 @@ class LoadedEnvironment:
         if (self.root / README_FILE).is_file():  # what the environment is, for people: the registry's page shows it
             paths.add(README_FILE)
         paths.update(p.rstrip("/") for p in self.spec.image.files)
+        if self.spec.image.python_lock is not None:
+            paths.add(self.spec.image.python_lock)
         state = self.spec.state
         if state.repo is not None:
             paths.add(state.repo.path)
@@ -453,6 +474,10 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
         elif "bash" in tools and spec.state.repo is None:
             problems.append(Problem("tools.enabled", "the bash tool works in a repository",
                                     'add [state] repo = {…}, or use tools.enabled = ["http"] / ["browser"]'))
+        lock = spec.image.python_lock
+        if lock is not None and not (root / lock).is_file():
+            problems.append(Problem("image.python_lock", f"`{lock}` does not exist in {root}",
+                                    "create it (envkit synth writes one) or remove the line"))
         tasks_path = root / spec.tasks.file
         if not tasks_path.is_file():
             problems.append(Problem("tasks.file", f"`{spec.tasks.file}` does not exist in {root}",
@@ -461,6 +486,9 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
             tasks = _load_tasks(tasks_path, spec.tasks.file, root, roots, problems)
             for task in tasks:
                 _check_container_task(task, container, root, roots, problems)
+            if spec.state.repo is None and any(t.patch for t in tasks):
+                problems.append(Problem("tasks", "a task's patch changes a repository, and this environment has none",
+                                        'add [state] repo = { path = "repo" } or remove the tasks\' patch field'))
     if problems:
         raise SpecError(source, problems)
     assert spec is not None
@@ -517,6 +545,11 @@ def _load_tasks(path: Path, rel: str, root: Path, roots: list[str], problems: li
         if task.id in seen:
             problems.append(Problem(f"{where}.id", f"task id `{task.id}` is used twice", "give every task its own id"))
         seen.add(task.id)
+        if task.patch is not None:
+            if not (root / task.patch).is_file():
+                problems.append(Problem(f"{where}.patch", f"`{task.patch}` does not exist", "create the patch or fix the path"))
+            elif not _covered(task.patch, roots):
+                problems.append(Problem(f"{where}.patch", f"`{task.patch}` is not in the bundle", "add its folder to [image] files"))
         if not (root / task.oracle).is_file():
             problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` does not exist", "create the oracle script or fix the path"))
         elif not _covered(task.oracle, roots):

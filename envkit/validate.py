@@ -4,6 +4,7 @@ give the same state hash."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -175,15 +176,19 @@ def _determinism(runtime: EnvRuntime, seed: int) -> dict[str, Any]:
 
 
 def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str = "quick", tasks: list[str] | None = None,
-             progress: Callable[[TaskCheck], None] | None = None) -> ValidationReport:
-    """Check every task (or those named in ``tasks``) with the oracle, the null agent and the
-    probes of the set ``probes`` (``none``, ``quick``, ``all``)."""
+             sample: int | None = None, progress: Callable[[TaskCheck], None] | None = None) -> ValidationReport:
+    """Check every task (or those named in ``tasks``, or a random ``sample`` of that many,
+    drawn with ``seed``) with the oracle, the null agent and the probes of the set ``probes``
+    (``none``, ``quick``, ``all``)."""
     t0 = time.monotonic()
     chosen = probe_set(probes)
     tools = [str(t) for t in runtime.env.spec.tools.enabled]
     skip = skipped(chosen, tools)
     playing = [p for p in chosen if p.name not in skip]
     task_list = [runtime.env.task(t) for t in tasks] if tasks else list(runtime.env.tasks)
+    if sample is not None and sample < len(task_list):
+        picked = set(random.Random(seed).sample(range(len(task_list)), sample))
+        task_list = [t for i, t in enumerate(task_list) if i in picked]
     determinism = _determinism(runtime, seed)
     checks: list[TaskCheck] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:

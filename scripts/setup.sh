@@ -53,10 +53,10 @@ fi
 stamp=.venv/.envkit-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  log "creating .venv and installing envkit[dev,server,cpu,ray,openenv,s3,browser]"
+  log "creating .venv and installing envkit[dev,server,cpu,ray,openenv,s3,browser,synth]"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[dev,server,cpu,ray,openenv,s3,browser]'
+  .venv/bin/python -m pip install -q -e '.[dev,server,cpu,ray,openenv,s3,browser,synth]'
   # PyPI's torchvision/torchaudio/torchcodec are built against another torch and break
   # `import transformers` beside torch 2.13.0+cpu ("operator torchvision::nms does not exist").
   .venv/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true

@@ -24,6 +24,7 @@ from envkit.cli import (
     registry_cmd,
     rollout_cmd,
     serve_cmd,
+    synth_cmd,
     train_cmd,
     view_cmd,
 )
@@ -43,6 +44,7 @@ rollout_cmd.register(app)
 train_cmd.register(app)
 serve_cmd.register(app)
 view_cmd.register(app)
+synth_cmd.register(app)
 app.add_typer(bench_cmd.bench_app, name="bench")
 app.add_typer(build_cmd.base_app, name="base")
 app.add_typer(registry_cmd.registry_app, name="registry")

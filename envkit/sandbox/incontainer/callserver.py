@@ -229,9 +229,9 @@ def run_command(req, timeout, folder):
             if not path.startswith(scratch + os.sep):
                 return _error("crash", f"file name outside the run folder: {name}")
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w") as f:
-                f.write(str(text))
-    except OSError as e:
+            with open(path, "wb") as f:
+                f.write(decode(text) if isinstance(text, dict) else str(text).encode())
+    except (OSError, ValueError, TypeError) as e:
         return _error("crash", f"could not write the command's files: {e}")
     cwd = WORKSPACE if req.get("cwd") == "." else (os.path.join(WORKSPACE, req["cwd"]) if req.get("cwd") else scratch)
     try:

@@ -184,11 +184,12 @@ class Remote:
     """An object that lives in the agent's worker process. Calls and methods run there;
     ``==``, ``!=`` and ``bool()`` refuse (an answer must be data to be checked)."""
 
-    __slots__ = ("_ref", "_session", "_generation", "_desc")
+    __slots__ = ("_ref", "_session", "_generation", "_desc", "_type", "_repr")
 
     def __init__(self, session, data):
         self._session, self._generation = session, session.generation
-        self._ref, self._desc = data["$ref"], f"{str(data.get('type', '?'))[:100]}: {str(data.get('repr', ''))[:200]}"
+        self._type, self._repr = str(data.get("type", "?"))[:200], str(data.get("repr", ""))[:200]
+        self._ref, self._desc = data["$ref"], f"{self._type[:100]}: {self._repr}"
 
     def __repr__(self):
         return f"<Remote {self._desc}>"
@@ -459,12 +460,13 @@ def module(name):
 
 
 def run(argv, *, files=None, stdin="", timeout=30, cwd=None):
-    """Run a command as the agent (in a fresh folder holding ``files``, with the workspace on
-    ``PYTHONPATH``; ``cwd="."`` runs it in the workspace). Returns :class:`Completed`; a
-    command that runs past ``timeout`` raises :class:`AgentError` (``timeout``)."""
+    """Run a command as the agent (in a fresh folder holding ``files``, text or bytes, with the
+    workspace on ``PYTHONPATH``; ``cwd="."`` runs it in the workspace). Returns
+    :class:`Completed`; a command that runs past ``timeout`` raises :class:`AgentError`
+    (``timeout``)."""
     if not isinstance(argv, (list, tuple)) or not all(isinstance(a, str) for a in argv):
         raise TypeError("run() takes the command as a list of strings")
-    files = {str(k): str(v) for k, v in (files or {}).items()}
+    files = {str(k): encode(v) if type(v) is bytes else str(v) for k, v in (files or {}).items()}
     out = session().request({"op": "run", "argv": list(argv), "files": files, "stdin": str(stdin), "cwd": cwd},
                             timeout=timeout)
     return Completed(out["returncode"], out["stdout"], out["stderr"])

@@ -1,9 +1,10 @@
 """envkit in-sandbox helper (runs inside the container with the base image's python3).
 
-    helper.py reset SEED    as root: the whole-sandbox reset (kill every process of the agent
+    helper.py reset SEED [TASK]  as root: the whole-sandbox reset (kill every process of the agent
                             and verifier users, wipe every place they can write, remove their
-                            IPC objects, restore the seeded repository), print JSON
-                            {"state_hash", "commit", "seed"}
+                            IPC objects, restore the seeded repository, with TASK's patch
+                            applied when the image has one), print JSON
+                            {"state_hash", "commit", "seed"} (and "task" when a patch applied)
     helper.py scrub         as root: the same without a repository (service environments)
     helper.py hash          as root: {"state_hash", "commit"} for the sandbox as it is
     helper.py killall       kill every process of the calling user
@@ -520,8 +521,9 @@ def state():
     return out
 
 
-def reset(seed):
+def reset(seed, task=None):
     scrub()
+    patched = None
     if os.path.isdir(SEED_REPO):
         for name in os.listdir(SEED_REPO):
             src, dst = os.path.join(SEED_REPO, name), os.path.join(WORKSPACE, name)
@@ -538,11 +540,79 @@ def reset(seed):
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "w") as f:
                 f.write(f"{int(seed)}\n")
+        patched = _task_patch(task)
+        if patched is not None:
+            apply_patch(WORKSPACE, patched)
         seed_commit()
     _chown_tree(WORKSPACE, AGENT_UID)
     out = state()
     out["seed"] = seed
+    if patched is not None:
+        out["task"] = task
     return out
+
+
+SEED_PATCHES = "/seed/patches"
+
+
+def _task_patch(task):
+    """The task's patch (bytes), when the image holds patches and one for this task."""
+    if not task or not os.path.isdir(SEED_PATCHES):
+        return None
+    if not all(c.isalnum() or c in "-_." for c in task) or task.startswith("."):
+        raise ValueError(f"not a task id: {task[:80]!r}")
+    try:
+        with open(os.path.join(SEED_PATCHES, task + ".diff"), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def apply_patch(root, patch):
+    """Apply a unified diff (``--- a/PATH`` / ``+++ b/PATH`` and hunks) to files under root,
+    strictly: every context and removed line must be where the hunk says, or it raises."""
+    lines = patch.decode().splitlines(keepends=True)
+    i = 0
+    while i < len(lines):
+        if not lines[i].startswith("--- "):
+            i += 1
+            continue
+        path = lines[i + 1][4:].strip().split("\t")[0]
+        path = path[2:] if path.startswith("b/") else path
+        full = os.path.normpath(os.path.join(root, path))
+        if not full.startswith(root + os.sep) or os.path.islink(full):
+            raise ValueError(f"patch path outside the repository: {path!r}")
+        with open(full) as f:
+            old = f.read().splitlines(keepends=True)
+        new, pos, i = [], 0, i + 2
+        while i < len(lines) and lines[i].startswith("@@"):
+            old_side, new_side = lines[i].split()[1:3]
+            start, _, size = old_side[1:].partition(",")
+            left_old, left_new = int(size or 1), int(new_side[1:].partition(",")[2] or 1)
+            start = int(start) if size == "0" else int(start) - 1  # an empty old side inserts after its line
+            if start < pos:
+                raise ValueError(f"patch hunks out of order in {path}")
+            new.extend(old[pos:start])
+            pos, i = start, i + 1
+            while left_old or left_new:  # the hunk's own lines, by its counts ("--- " may be a removed line)
+                tag, text = lines[i][:1], lines[i][1:]
+                if tag == "+":
+                    new.append(text)
+                    left_new -= 1
+                elif tag in (" ", "-"):
+                    if pos >= len(old) or old[pos] != text:
+                        raise ValueError(f"patch does not apply to {path} at line {pos + 1}")
+                    if tag == " ":
+                        new.append(old[pos])
+                        left_new -= 1
+                    left_old -= 1
+                    pos += 1
+                elif tag != "\\":
+                    raise ValueError(f"not a hunk line in the patch of {path}: {lines[i][:40]!r}")
+                i += 1
+        new.extend(old[pos:])
+        with open(full, "w") as f:
+            f.write("".join(new))
 
 
 def _seed_file():
@@ -1098,7 +1168,7 @@ def serve():
     commands = {
         "hello": lambda req: {"protocol": CHANNEL_PROTOCOL, "uid": os.getuid(), "pid": os.getpid()},
         "run": lambda req: run(req, base_env, outlived),
-        "reset": lambda req: reset(int(req["args"][0])),
+        "reset": lambda req: reset(int(req["args"][0]), *req["args"][1:2]),
         "scrub": lambda req: (scrub(), {"leftovers": leftovers()})[1],
         "hash": lambda req: state(),
         "kill": lambda req: (kill_users(tuple(req["uids"])), {})[1],
@@ -1127,7 +1197,7 @@ def main(argv):
     global _AGENT_PIDS
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "reset":
-        out = reset(int(argv[2]))
+        out = reset(int(argv[2]), *argv[3:4])
     elif cmd == "scrub":
         scrub()
         out = {"leftovers": leftovers()}

@@ -1,0 +1,629 @@
+"""envkit synth: a real Python project in, a validated repo environment of bug-fixing tasks out.
+
+The steps (each suite run inside a sandbox of the project's own image, as the agent user,
+under the sandbox's time, memory and process limits; the host never runs the project's code
+but for pip's metadata step of an sdist download):
+
+1. **Source**: the sdist (sha256 recorded), a folder, or a git commit's files; pytest's
+   configuration made runnable without plugins the project does not ship.
+2. **Image**: the test dependencies (and pytest) resolved once into ``python.lock`` (hashes);
+   a staging environment is built on the base (wheels layer + the pristine project).
+3. **Baseline**: the suite runs three times; only tests that pass every time are used. A
+   project with < 80% passing or a suite slower than 60 s is refused with the reason.
+4. **Candidates**: seeded mutations (envkit.synth.mutate), each checked by one suite run:
+   kept when at least one baseline test fails, collection works and it ends within its cap.
+5. **Traces**: the failing tests' calls into the package are recorded on the pristine code
+   and replayed twice there (what does not replay the same is cut); a candidate is kept only
+   when a replayed call tells it apart from the fix, and when a second run fails the same
+   tests (flakes dropped). Combinations of 2-3 kept bugs are checked the same way.
+6. **Output**: tasks (patch, fix, fail-to-pass tests, text), the suite's files for the
+   verifier (suite_verifier.py), and a provenance file with every drop and its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envkit.errors import UserError
+from envkit.refs import is_semver
+from envkit.synth import mutate, text
+from envkit.synth.project import Project, analyse, neutralise_config
+from envkit.synth.source import Source, fetch
+from envkit.version import __version__
+
+__all__ = ["SynthResult", "synth"]
+
+BASELINE_RUNS = 3
+MIN_PASSING = 0.8
+MAX_SUITE_S = 60.0
+MAX_F2P_STORED = 8
+CANDIDATES_PER_TASK = 3
+SUITE = "/tmp/envkit-suite"
+RUNNER = "/opt/envkit/suite_runner.py"
+NETWORK_ERRORS = re.compile(r"Network is unreachable|Temporary failure in name resolution|Name or service not known|"
+                            r"gaierror|ConnectionRefusedError|urlopen error|Max retries exceeded|No route to host")
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class Candidate:
+    sites: list[mutate.Site]
+    mutation: mutate.Mutation | None = None
+    fail_to_pass: list[str] = field(default_factory=list)
+    messages: dict[str, str] = field(default_factory=dict)
+    drop: str | None = None
+    discriminating: list[str] = field(default_factory=list)
+
+    @property
+    def family(self) -> str:
+        return self.sites[0].family if len(self.sites) == 1 else "combo"
+
+    @property
+    def label(self) -> str:
+        return " + ".join(f"{s.file}:{s.line} {s.function} ({s.family})" for s in self.sites)
+
+
+@dataclass
+class SynthResult:
+    out: Path
+    tasks: int
+    tried: int
+    kept: int
+    seconds: float
+    drops: dict[str, int]
+    by_family: dict[str, dict[str, int]]
+    baseline: dict[str, Any]
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    pass
+
+
+# -- the sandbox side ------------------------------------------------------------------------------
+
+class SuiteBox:
+    """One sandbox of the staging image with the pristine test tree copied to SUITE; runs
+    the suite on the workspace (with a mutation written in), and replays traces."""
+
+    def __init__(self, sandbox: Any, project: Project) -> None:
+        from envkit.sandbox import AGENT
+
+        self.sandbox, self.project, self.agent = sandbox, project, AGENT
+        self.pristine = {rel: (project.root / rel).read_bytes() for rel in project.source_files()}
+        sandbox.reset(0)
+        paths = " ".join(_quote(p) for p in [*project.test_dirs, *[c for c in project.test_files() if "/" not in c]])
+        res = sandbox.exec(f"mkdir -p {SUITE} && tar -C /workspace -cf - {paths} | tar -C {SUITE} -xf -", timeout_s=120)
+        if res.exit_code != 0:
+            raise UserError(f"could not copy the test tree in the sandbox: {res.stderr[-300:]}", "report this as an envkit bug")
+
+    def _write(self, files: dict[str, str]) -> None:
+        for rel, data in files.items():
+            self.sandbox.put_file(f"/workspace/{rel}", data.encode(), mode=0o644)
+
+    def _restore(self, files: dict[str, str]) -> None:
+        for rel in files:
+            self.sandbox.put_file(f"/workspace/{rel}", self.pristine[rel], mode=0o644)
+
+    def run(self, files: dict[str, str], timeout_s: float, *, trace_ids: list[str] | None = None,
+            replay_ids: list[str] | None = None, traces: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The suite on the workspace with ``files`` written in (then restored): ``{"report",
+        "replay", "timeout", "log"}``."""
+        packages = " ".join(f"--package /workspace/{_quote(p)}" for p in self.project.package_paths)
+        args = " ".join(_quote(a) for a in self.project.pytest_args())
+        steps = ["rm -f /tmp/envkit-out.json /tmp/envkit-replay.json"]
+        if trace_ids is not None:
+            self.sandbox.put_file("/tmp/envkit-trace-ids.txt", "\n".join(trace_ids).encode())
+            steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json --ids /tmp/envkit-trace-ids.txt "
+                         f"--trace /tmp/envkit-traces.json {packages} -- {args} >/tmp/envkit-log.txt 2>&1")
+        else:
+            steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json -- {args} >/tmp/envkit-log.txt 2>&1")
+        if replay_ids:
+            assert traces is not None
+            self.sandbox.put_file("/tmp/envkit-replay-traces.json", json.dumps({t: traces[t] for t in replay_ids}).encode())
+            self.sandbox.put_file("/tmp/envkit-replay-ids.txt", "\n".join(replay_ids).encode())
+            steps.append(f"python3 {RUNNER} replay --traces /tmp/envkit-replay-traces.json --ids /tmp/envkit-replay-ids.txt "
+                         "--out /tmp/envkit-replay.json >>/tmp/envkit-log.txt 2>&1")
+        self._write(files)
+        try:
+            res = self.sandbox.exec(f"cd {SUITE} && {'; '.join(steps)}", timeout_s=timeout_s)
+        finally:
+            if files:
+                self.sandbox.kill_processes(self.agent)
+                self._restore(files)
+        out: dict[str, Any] = {"timeout": res.timed_out or res.limit_hit is not None, "limit": res.limit_hit}
+        for key, path in (("report", "/tmp/envkit-out.json"), ("replay", "/tmp/envkit-replay.json"),
+                          ("traces", "/tmp/envkit-traces.json" if trace_ids is not None else "")):
+            if path:
+                try:
+                    out[key] = json.loads(self.sandbox.get_file(path, max_bytes=64 << 20))
+                except (FileNotFoundError, ValueError):
+                    out[key] = None
+        if out.get("report") is None:
+            try:
+                out["log"] = self.sandbox.get_file("/tmp/envkit-log.txt", max_bytes=1 << 20).decode(errors="replace")[-2000:]
+            except (FileNotFoundError, ValueError):
+                out["log"] = ""
+        return out
+
+
+def _quote(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+class Boxes:
+    """J sandboxes, handed out one per check."""
+
+    def __init__(self, boxes: list[SuiteBox]) -> None:
+        self.all = boxes
+        self.free: queue.Queue[SuiteBox] = queue.Queue()
+        for b in boxes:
+            self.free.put(b)
+
+    @contextmanager
+    def one(self) -> Iterator[SuiteBox]:
+        box = self.free.get()
+        try:
+            yield box
+        finally:
+            self.free.put(box)
+
+    def map(self, fn: Callable[[SuiteBox, Any], Any], items: list[Any], progress: Callable[[], None]) -> list[Any]:
+        def work(item: Any) -> Any:
+            with self.one() as box:
+                try:
+                    return fn(box, item)
+                finally:
+                    progress()
+        with ThreadPoolExecutor(max_workers=len(self.all)) as pool:
+            return list(pool.map(work, items))
+
+
+# -- the pipeline ---------------------------------------------------------------------------------
+
+def _outcomes(report: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return (report or {}).get("tests") or {}
+
+
+def baseline(boxes: Boxes, project: Project, progress: Progress) -> tuple[list[str], dict[str, Any]]:
+    """Three runs on the pristine project: the tests that pass every time, and the figures."""
+    done = [0]
+
+    def tick() -> None:
+        done[0] += 1
+        progress("baseline", done[0], BASELINE_RUNS)
+    runs = boxes.map(lambda box, _: box.run({}, MAX_SUITE_S * 2 + 30), list(range(BASELINE_RUNS)), tick)
+    reports = [r.get("report") for r in runs]
+    if any(r is None for r in reports):
+        bad = next(r for r in runs if r.get("report") is None)
+        why = "ran past 2 min" if bad["timeout"] else f"gave no report: {bad.get('log', '')[-600:]}"
+        raise UserError(f"{project.name} {project.version}'s test suite {why}",
+                        "check that its tests run with pytest and only the packages its metadata lists for tests")
+    collected = max(r["collected"] for r in reports)
+    names = set(_outcomes(reports[0]))
+    stable = sorted(t for t in names if all(_outcomes(r).get(t, {}).get("outcome") == "passed" for r in reports))
+    failing = [t for t in names if _outcomes(reports[0])[t]["outcome"] in ("failed", "error")]
+    flaky = [t for t in names if t not in stable and _outcomes(reports[0])[t]["outcome"] == "passed"]
+    seconds = [float(r["seconds"]) for r in reports]
+    total = collected + int(reports[0].get("ambiguous", 0))
+    figures = {"runs_s": seconds, "collected": collected, "stable": len(stable), "failing": len(failing), "flaky": len(flaky),
+               "skipped": sum(1 for t in names if _outcomes(reports[0])[t]["outcome"] == "skipped"),
+               "ambiguous_ids": int(reports[0].get("ambiguous", 0)),
+               "collection_errors": [e["node"] for e in reports[0].get("collection_errors", [])][:20],
+               "durations": {t: _outcomes(reports[0])[t]["duration"] for t in stable}}
+    if max(seconds) > MAX_SUITE_S:
+        raise UserError(f"{project.name}'s test suite takes {max(seconds):.0f} s (limit {MAX_SUITE_S:.0f} s): every "
+                        "candidate bug runs it", "pick a smaller project, or a version with a faster suite")
+    share = len(stable) / total if total else 0.0
+    if share < MIN_PASSING:
+        network = sum(1 for t in failing if NETWORK_ERRORS.search(_outcomes(reports[0])[t].get("message", "")))
+        why = (f"{network} of them fail reaching the network, which sandboxes do not have" if network > len(failing) / 2
+               else f"collection errors: {figures['collection_errors'][:3]}" if figures["collection_errors"]
+               else f"e.g. {failing[:2]}")
+        raise UserError(f"only {len(stable)} of {total} tests of {project.name} {project.version} pass every time "
+                        f"({share:.0%}; at least {MIN_PASSING:.0%} needed): {why}",
+                        "pick a version whose suite passes offline with pytest alone, or a project whose tests do not "
+                        "need the network or services")
+    return stable, figures
+
+
+def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float) -> Candidate:
+    """One suite run with the candidate's bug: which baseline tests it makes fail."""
+    assert cand.mutation is not None
+    out = box.run(cand.mutation.files, cap_s)
+    report = out.get("report")
+    if out["timeout"]:
+        cand.drop = f"ran past its cap ({cap_s:.0f} s)" if out["limit"] == "command_timeout" else f"hit a limit: {out['limit']}"
+        return cand
+    if report is None:
+        cand.drop = "the suite gave no report"
+        return cand
+    if report.get("collection_errors"):
+        cand.drop = "collection fails"
+        return cand
+    tests = _outcomes(report)
+    cand.fail_to_pass = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
+    cand.messages = {t: str(tests.get(t, {}).get("message", "not run")) for t in cand.fail_to_pass[:MAX_F2P_STORED]}
+    if not cand.fail_to_pass:
+        cand.drop = "no test fails"
+    return cand
+
+
+def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, traces: dict[str, Any]) -> Candidate:
+    """The second run (the same tests must fail) and the replay of the failing tests' calls on
+    the bug (one must differ from the pristine project's)."""
+    assert cand.mutation is not None
+    ids = [t for t in cand.fail_to_pass if traces.get(t)]
+    out = box.run(cand.mutation.files, cap_s, replay_ids=ids, traces=traces)
+    tests = _outcomes(out.get("report"))
+    again = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
+    if out["timeout"] or out.get("report") is None:
+        cand.drop = "the second run did not finish"
+    elif again != cand.fail_to_pass:
+        cand.drop = f"flaky: the second run failed {len(again)} tests, the first {len(cand.fail_to_pass)}"
+    elif not ids:
+        cand.drop = "no failing test makes a call into the package that can be replayed"
+    else:
+        replayed = out.get("replay") or {}
+        cand.discriminating = [t for t in ids if (replayed.get(t) or [0, None])[1] is not None]
+        if not cand.discriminating:
+            cand.drop = "no replayed call tells the bug apart from the fix (the tests see it some other way)"
+    return cand
+
+
+def record_traces(boxes: Boxes, ids: list[str], progress: Progress) -> tuple[dict[str, Any], dict[str, int]]:
+    """The calls ``ids`` make into the package on the pristine project, cut where two replays
+    on the pristine project do not give what was recorded."""
+    with boxes.one() as box:
+        progress("traces", 0, 3)
+        out = box.run({}, MAX_SUITE_S * 3 + 30, trace_ids=ids)
+        traces: dict[str, Any] = out.get("traces") or {}
+        cut = Counter[str]()
+        for round_ in (1, 2):
+            progress("traces", round_, 3)
+            present = [t for t in ids if traces.get(t)]
+            replayed = (box.run({}, MAX_SUITE_S * 3 + 30, replay_ids=present, traces=traces).get("replay") or {}) if present else {}
+            for t in present:
+                checked, mismatch = replayed.get(t) or [0, {"why": "missing"}]
+                if mismatch is not None:
+                    traces[t] = traces[t][: int(checked)]
+                    cut["cut" if checked else "unreplayable"] += 1
+        progress("traces", 3, 3)
+    return {t: s for t, s in traces.items() if s}, dict(cut)
+
+
+def combos(kept: list[Candidate], seed: int, count: int) -> list[Candidate]:
+    """Up to ``count`` combinations of 2-3 kept bugs in different functions."""
+    rng = random.Random(seed + 1)
+    singles = [c for c in kept if len(c.sites) == 1 and c.family != "body"]
+    out: list[Candidate] = []
+    seen: set[frozenset[mutate.Site]] = set()
+    for _ in range(count * 20):
+        if len(out) >= count or len(singles) < 2:
+            break
+        k = 2 if rng.random() < 0.7 or len(singles) < 3 else 3
+        pick = rng.sample(singles, k)
+        functions = {f"{c.sites[0].file}:{c.sites[0].function}" for c in pick}
+        key = frozenset(c.sites[0] for c in pick)
+        if len(functions) == k and key not in seen:
+            seen.add(key)
+            out.append(Candidate([c.sites[0] for c in pick]))
+    return out
+
+
+def select(kept: list[Candidate], limit: int) -> list[Candidate]:
+    """Up to ``limit`` kept candidates, round-robin over families (in their kept order)."""
+    by_family: dict[str, list[Candidate]] = {}
+    for c in kept:
+        by_family.setdefault(c.family, []).append(c)
+    out: list[Candidate] = []
+    while len(out) < limit and any(by_family.values()):
+        for family in sorted(by_family):
+            if by_family[family] and len(out) < limit:
+                out.append(by_family[family].pop(0))
+    return out
+
+
+def _task_id(n: int, cand: Candidate) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", cand.sites[0].function.split(".")[-1].lower()).strip("-") or "fn"
+    return f"{n:04d}-{cand.family.replace('_', '-')}-{name}"[:64]
+
+
+def _apis(steps: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for s in steps:
+        t = s.get("t")
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+def _env_name(project: Project) -> tuple[str, str]:
+    name = re.sub(r"[^a-z0-9]+", "-", project.name.lower()).strip("-")
+    version = project.version if is_semver(project.version) else "1.0.0"
+    return f"synth/{name}", version
+
+
+def _spec(name: str, version: str, project: Project, source: Source, files: list[str], verifier_timeout: float,
+          count: int) -> str:
+    return f'''# Synthesized by `envkit synth {source.spec}` (envkit {__version__}): provenance.json says how.
+spec_version = 1
+
+[environment]
+name = "{name}"
+version = "{version}"
+kind = "repo"
+description = "{project.name} {project.version} ({source.kind}, {source.digest[:19]}): {count} bugs made on its code, verified by its own tests"
+
+[image]
+base = "envkit/base"
+files = {json.dumps(files)}
+python_lock = "python.lock"
+
+[state]
+repo = {{ path = "repo", python_path = "{project.python_path}" }}
+
+[tasks]
+file = "tasks.jsonl"
+
+[verifier]
+command = "python3 /opt/envkit/suite_verifier.py --suite /env/suite"
+timeout_s = {verifier_timeout:.0f}
+
+[limits]
+cpus = 1.0
+memory_mb = 1024
+pids = 256
+disk_mb = 512
+command_timeout_s = 120
+episode_timeout_s = 1800
+max_turns = 50
+
+[tools]
+enabled = ["bash"]
+'''
+
+
+def _write_repo(project_dir: Path, dest: Path) -> None:
+    shutil.copytree(project_dir, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+
+
+def synth(source_text: str, out: Path, *, max_tasks: int = 40, seed: int = 0, jobs: int = 2, writer: str | None = None,
+          progress: Progress = _noop, client: Any | None = None) -> SynthResult:
+    """Make ``out`` (a new folder) from the project at ``source_text``. Nothing is left in
+    ``out`` when it fails."""
+    t_start = time.monotonic()
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not empty", "give a new folder to --out (synth never overwrites one)")
+    if max_tasks < 1 or jobs < 1:
+        raise UserError("--max-tasks and --jobs must be at least 1", "e.g. --max-tasks 40 --jobs 2")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    work = Path(tempfile.mkdtemp(prefix="envkit-synth-"))
+    try:
+        result = _synth(source_text, partial, work, max_tasks=max_tasks, seed=seed, jobs=jobs, writer=writer,
+                        progress=progress, client=client, t_start=t_start)
+        if out.exists():
+            out.rmdir()
+        os.replace(partial, out)
+        result.out = out
+        return result
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: int, jobs: int, writer: str | None,
+           progress: Progress, client: Any | None, t_start: float) -> SynthResult:
+    from envkit.pylock import resolve, write_lock
+    from envkit.runtime import EnvRuntime
+    from envkit.spec import load_environment
+
+    timings: dict[str, float] = {}
+    t = time.monotonic()
+    progress("source", 0, 1)
+    project_dir, source = fetch(source_text, work)
+    project = analyse(project_dir)
+    config_changes = neutralise_config(project_dir)
+    _write_repo(project_dir, dest / "repo")
+    project.root = dest / "repo"
+    timings["source_s"] = round(time.monotonic() - t, 2)
+
+    t = time.monotonic()
+    progress("image", 0, 1)
+    lock = resolve(project.requirements)
+    (dest / "python.lock").write_text(write_lock(lock, project.requirements))
+    name, version = _env_name(project)
+    (dest / "staging").mkdir()
+    (dest / "staging" / "noop.sh").write_text("true\n")
+    (dest / "tasks.jsonl").write_text(json.dumps({"id": "baseline", "instruction": "(staging)", "oracle": "staging/noop.sh"}) + "\n")
+    (dest / "envkit.toml").write_text(_spec(name.replace("synth/", "synth-staging/"), version, project, source, ["staging"],
+                                            120, 0))
+    staging = load_environment(dest)
+    runtime = EnvRuntime(staging, client=client, runtime="runc")
+    timings["image_s"] = round(time.monotonic() - t, 2)
+
+    sandboxes: list[Any] = []
+    try:
+        t = time.monotonic()
+        progress("sandboxes", 0, jobs)
+        for i in range(jobs):
+            sandboxes.append(runtime.backend.create())
+            progress("sandboxes", i + 1, jobs)
+        boxes = Boxes([SuiteBox(s, project) for s in sandboxes])
+        stable_list, figures = baseline(boxes, project, progress)
+        stable = set(stable_list)
+        cap_s = max(10.0, 3 * max(figures["runs_s"]) + 5)
+        timings["baseline_s"] = round(time.monotonic() - t, 2)
+
+        # candidates: one suite run each
+        t = time.monotonic()
+        all_sites = mutate.sites(project.root, project.source_files())
+        chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
+        cands = [Candidate(sites) for sites in chosen]
+        for c in cands:
+            c.mutation = mutate.apply(project.root, c.sites)
+            if c.mutation is None:
+                c.drop = "the change does not make a different, valid module"
+        todo = [c for c in cands if c.drop is None]
+        done = [0]
+
+        def tick(stage: str, total: int) -> Callable[[], None]:
+            def f() -> None:
+                done[0] += 1
+                progress(stage, done[0], total)
+            return f
+        boxes.map(lambda box, c: check(box, c, stable, cap_s), todo, tick("candidates", len(todo)))
+        seen: set[tuple[str, ...]] = set()
+        for c in todo:
+            if c.drop is None:
+                key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
+                if key in seen:
+                    c.drop = "duplicate (same function, same failing tests)"
+                seen.add(key)
+        timings["candidates_s"] = round(time.monotonic() - t, 2)
+
+        # traces of the failing tests, then confirmation of each survivor
+        t = time.monotonic()
+        survivors = [c for c in todo if c.drop is None]
+        wanted = sorted({test for c in survivors for test in c.fail_to_pass[:MAX_F2P_STORED * 2]})
+        traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
+        done[0] = 0
+        boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors, tick("confirm", len(survivors)))
+        kept = [c for c in survivors if c.drop is None]
+        extra = combos(kept, seed, max(1, max_tasks // 8))
+        for c in extra:
+            c.mutation = mutate.apply(project.root, c.sites)
+            if c.mutation is None:
+                c.drop = "the change does not make a different, valid module"
+        extra_todo = [c for c in extra if c.drop is None]
+        done[0] = 0
+        boxes.map(lambda box, c: check(box, c, stable, cap_s) if c.drop is None else c, extra_todo, tick("combos", len(extra_todo)))
+        extra_ok = [c for c in extra_todo if c.drop is None]
+        boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
+        cands += extra
+        kept += [c for c in extra_ok if c.drop is None]
+        timings["confirm_s"] = round(time.monotonic() - t, 2)
+    finally:
+        for s in sandboxes:
+            try:
+                s.destroy()
+            except Exception:  # noqa: BLE001 - cleanup
+                pass
+
+    tasks = select(kept, max_tasks)
+    if not tasks:
+        drops = Counter(c.drop for c in cands if c.drop)
+        raise UserError(f"no candidate bug of {project.name} {project.version} passed the checks ({len(cands)} tried; "
+                        f"{dict(drops.most_common(4))})", "try another --seed, more --max-tasks, or another project")
+
+    # output
+    t = time.monotonic()
+    shutil.rmtree(dest / "staging")
+    (dest / "envkit.lock").unlink(missing_ok=True)  # the staging image's
+    for folder in ("bugs", "fixes", "suite"):
+        (dest / folder).mkdir()
+    pkg_dir = project.package_paths[0].rsplit("/", 1)[0] if "/" in project.package_paths[0] else project.package_paths[0]
+    test_cmd = "python3 -m pytest -q " + " ".join(project.test_dirs)
+    lines, records, used = [], [], set()
+    rewrites = Counter[str]()
+    for n, c in enumerate(tasks, start=1):
+        assert c.mutation is not None
+        task_id = _task_id(n, c)
+        f2p = (c.discriminating + [t for t in c.fail_to_pass if t not in c.discriminating and traces.get(t)])[:MAX_F2P_STORED]
+        used.update(f2p)
+        (dest / "bugs" / f"{task_id}.diff").write_text(mutate.unified_diff(project.root, c.mutation))
+        (dest / "fixes" / f"{task_id}.diff").write_text(mutate.unified_diff(project.root, c.mutation, reverse=True))
+        body_of = None
+        if c.family == "body":
+            module = c.sites[0].file.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            body_of = f"{module}.{c.sites[0].function}"
+        apis = [a for t in f2p for a in _apis(traces.get(t, []))]
+        words = text.instruction(project=project.name, package_dir=pkg_dir, test_cmd=test_cmd,
+                                 failing=[(t, c.messages.get(t, "")) for t in f2p or c.fail_to_pass],
+                                 apis=list(dict.fromkeys(apis)), body_of=body_of)
+        if writer:
+            words, error = text.rewrite(words, writer)
+            rewrites["template" if error else "rewritten"] += 1
+        difficulty = "hard" if c.family in ("combo", "body") else ("easy" if len(c.fail_to_pass) <= 3 else "medium")
+        lines.append(json.dumps({"id": task_id, "instruction": words, "difficulty": difficulty,
+                                 "oracle": f"fixes/{task_id}.diff", "patch": f"bugs/{task_id}.diff",
+                                 "params": {"fail_to_pass": f2p, "family": c.family}}, sort_keys=True))
+        records.append({"id": task_id, "family": c.family,
+                        "sites": [{"file": s.file, "function": s.function, "family": s.family, "line": s.line} for s in c.sites],
+                        "fail_to_pass": c.fail_to_pass, "fail_to_pass_stored": f2p, "pass_to_pass": len(stable) - len(c.fail_to_pass),
+                        "baseline_durations_s": {t: figures["durations"].get(t) for t in f2p}})
+    (dest / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    suite = {"version": 1, "repo": "repo", "tests": stable_list, "files": project.test_files(),
+             "pytest_args": project.pytest_args(), "timeout_s": round(cap_s + 10)}
+    (dest / "suite" / "suite.json").write_text(json.dumps(suite, indent=1, sort_keys=True) + "\n")
+    (dest / "suite" / "traces.json").write_text(json.dumps({t: traces[t] for t in sorted(used)}, sort_keys=True,
+                                                           separators=(",", ":")) + "\n")
+    verifier_timeout = min(3600.0, 2 * cap_s + 60)
+    (dest / "envkit.toml").write_text(_spec(name, version, project, source, ["suite", "bugs", "fixes"], verifier_timeout,
+                                            len(tasks)))
+    by_family: dict[str, dict[str, int]] = {}
+    for c in cands:
+        entry = by_family.setdefault(c.family, {"tried": 0, "kept": 0, "tasks": 0})
+        entry["tried"] += 1
+        entry["kept"] += c.drop is None
+    for c in tasks:
+        by_family[c.family]["tasks"] += 1
+    drops = Counter(re.sub(r"\d+", "N", c.drop) for c in cands if c.drop)
+    timings["output_s"] = round(time.monotonic() - t, 2)
+    seconds = round(time.monotonic() - t_start, 1)
+    provenance = {
+        "envkit": __version__, "command": f"envkit synth {source_text} --max-tasks {max_tasks} --seed {seed} --jobs {jobs}",
+        "source": {"kind": source.kind, "spec": source.spec, "digest": source.digest, "origin": source.origin,
+                   "name": project.name, "version": project.version, "license": project.license},
+        "layout": {"python_path": project.python_path, "packages": project.packages, "test_dirs": project.test_dirs},
+        "config_changes": config_changes, "requirements": project.requirements,
+        "baseline": {k: v for k, v in figures.items() if k != "durations"},
+        "candidates": {"sites": len(all_sites), "tried": len(cands), "kept": len(kept), "tasks": len(tasks),
+                       "dropped": dict(drops.most_common()), "by_family": by_family},
+        "traces": {"tests": len(traces), "stored": len(used), "cut": cut},
+        "writer": dict(rewrites) if writer else None,
+        "timings": timings | {"total_s": seconds},
+        "tasks": records,
+        "drops": [{"candidate": c.label, "reason": c.drop} for c in cands if c.drop],
+    }
+    (dest / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
+    (dest / "README.md").write_text(_readme(project, source, len(tasks), by_family, figures, test_cmd))
+    load_environment(dest)  # the output is an ordinary environment: it must load as one
+    return SynthResult(out=dest, tasks=len(tasks), tried=len(cands), kept=len(kept), seconds=seconds,
+                       drops=dict(drops), by_family=by_family, baseline={k: v for k, v in figures.items() if k != "durations"})
+
+
+def _readme(project: Project, source: Source, count: int, by_family: dict[str, dict[str, int]], figures: dict[str, Any],
+            test_cmd: str) -> str:
+    rows = "\n".join(f"| {f} | {v['tried']} | {v['kept']} | {v['tasks']} |" for f, v in sorted(by_family.items()))
+    return f"""# {project.name} {project.version}: {count} synthesized bugs
+
+Made by `envkit synth` from {source.kind} `{source.spec}` ({source.digest}), license {project.license}.
+Each task is {project.name} with one bug (or two or three, `combo`) made on its syntax tree; the agent
+fixes it in /workspace. The reward is 1 when the calls the failing tests make into the package,
+replayed on the agent's code, give what the pristine project gave, and the project's own tests
+({figures['stable']} that passed three baseline runs) pass from a pristine copy (`{test_cmd}`).
+
+| family | tried | kept | tasks |
+| --- | --- | --- | --- |
+{rows}
+
+`provenance.json` lists every candidate that was dropped, with its reason.
+"""
