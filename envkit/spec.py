@@ -7,8 +7,10 @@ with its field path and the fix, as one :class:`~envkit.errors.SpecError`.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -486,6 +488,7 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
             tasks = _load_tasks(tasks_path, spec.tasks.file, root, roots, problems)
             for task in tasks:
                 _check_container_task(task, container, root, roots, problems)
+            _check_hidden_test_imports(spec, root, problems)
             if spec.state.repo is None and any(t.patch for t in tasks):
                 problems.append(Problem("tasks", "a task's patch changes a repository, and this environment has none",
                                         'add [state] repo = { path = "repo" } or remove the tasks\' patch field'))
@@ -493,6 +496,58 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
         raise SpecError(source, problems)
     assert spec is not None
     return LoadedEnvironment(root=root.resolve(), spec=spec, tasks=tuple(tasks))
+
+
+_PYTEST_VERIFIER = re.compile(r"pytest_verifier\.py\s+--tests\s+/env/(\S+)")
+
+
+def _workspace_modules(repo: Path, python_path: str | None) -> set[str]:
+    base = repo if python_path in (None, ".") else repo / python_path
+    names = set()
+    for p in base.iterdir() if base.is_dir() else ():
+        if p.is_dir() and (p / "__init__.py").is_file():
+            names.add(p.name)
+        elif p.suffix == ".py" and p.stem not in ("conftest", "setup"):
+            names.add(p.stem)
+    return names
+
+
+def _check_hidden_test_imports(spec: EnvSpec, root: Path, problems: list[Problem]) -> None:
+    """pytest_verifier's hidden tests run in the verifier's own process, which never imports
+    the agent's code: a test that imports a workspace module would fail at collection on every
+    episode. Refuse it here, with the two ways that work."""
+    m = _PYTEST_VERIFIER.search(spec.verifier.command)
+    if m is None or spec.state.repo is None:
+        return
+    tests, repo = root / m.group(1), root / spec.state.repo.path
+    ours = _workspace_modules(repo, spec.state.repo.python_path)
+    if not tests.is_dir() or not ours:
+        return
+    for path in sorted(tests.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                hits = [(a.name, f"{a.asname or a.name.partition('.')[0]} = module(\"{a.name}\")") for a in node.names]
+                use = "module"
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                hits = [(node.module, f"{a.asname or a.name} = function(\"{node.module}.{a.name}\")") for a in node.names]
+                use = "function"
+            else:
+                continue
+            hit = next(((name, example) for name, example in hits if name.partition(".")[0] in ours), None)
+            if hit:
+                rel = path.relative_to(root).as_posix()
+                problems.append(Problem(
+                    f"{rel}:{node.lineno}",
+                    f"the hidden test imports `{hit[0]}` from the workspace, but hidden tests run in the verifier's process, "
+                    "which cannot read the agent's code (the trust boundary: the agent's code never runs as the verifier)",
+                    f"call it through envkit_check: `from envkit_check import {use}; {hit[1]}` (docs/spec.md, "
+                    "Verifiers); or, for a project with its own test suite, `envkit synth FOLDER --out ENV` makes an "
+                    "environment verified by that suite"))
+                break
 
 
 def _check_container_task(task: Task, container: bool, root: Path, roots: list[str], problems: list[Problem]) -> None:

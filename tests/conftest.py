@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+collect_ignore = ["fixtures"]  # projects envkit synth works on: their tests are theirs, not ours
 PYFIX = ROOT / "environments" / "pyfix"
 
 

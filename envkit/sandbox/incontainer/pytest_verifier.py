@@ -20,6 +20,7 @@ environment's problem: exit 3 with the reason on stderr (a verifier failure).
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,10 @@ def main() -> int:
     outcomes = report.get("tests", {})
     if proc.returncode not in (0, 1) or not outcomes:
         why = "collected no test" if not outcomes else f"did not run (pytest exit {proc.returncode}: a collection error)"
+        missing = re.search(r"No module named '([^']+)'", proc.stdout + proc.stderr)
+        if missing:
+            why += (f": they import `{missing.group(1)}`, which this process cannot (the agent's code is never imported "
+                    "by the verifier); call it through envkit_check, e.g. function(\"" + missing.group(1) + ".NAME\")")
         print(f"verify: the hidden tests of {task!r} {why}; hidden tests reach the workspace only through envkit_check",
               file=sys.stderr)
         return 3

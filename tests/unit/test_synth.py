@@ -1,0 +1,332 @@
+"""envkit synth's parts that run on the host (no Docker): the mutation families, the project's
+layout and configuration, call traces recorded and replayed against the fixture project, the
+comparison the verifier makes, the patch the reset applies, the wheel lock and its layer, and
+the spec's refusal of hidden tests that import the workspace."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envkit.errors import SpecError, UserError
+from envkit.spec import load_environment
+from envkit.synth import mutate
+from envkit.synth.project import analyse, filter_addopts, neutralise_config
+from envkit.synth.source import parse_source
+
+from ..conftest import ROOT, envkit
+from .test_cli_errors import assert_user_error
+
+MINICALC = ROOT / "tests" / "fixtures" / "minicalc"
+INCONTAINER = ROOT / "envkit" / "sandbox" / "incontainer"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"envkit_{name}", INCONTAINER / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(INCONTAINER))
+    try:
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    finally:
+        sys.path.remove(str(INCONTAINER))
+    return module
+
+
+helper = _load("helper")
+calltrace = _load("calltrace")
+
+
+@pytest.fixture
+def minicalc(tmp_path: Path) -> Path:
+    dest = tmp_path / "minicalc"
+    shutil.copytree(MINICALC, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+# -- mutations --------------------------------------------------------------------------------------
+
+SOURCE = '''def f(xs, n, flag=True):
+    """Doc."""
+    total = 0  # keep this comment
+    for i in range(0, n):
+        if xs[i] < 3 and not flag:
+            total += xs[i] * 2
+        elif xs[i] == 0:
+            total = total - 1
+        else:
+            pass
+    g(xs, n)
+    return xs[1:n]
+'''
+
+
+def _changed_lines(old: str, new: str) -> list[str]:
+    return [line for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def test_every_family_changes_one_place_and_keeps_the_rest_byte_for_byte(tmp_path: Path):
+    (tmp_path / "m.py").write_text(SOURCE)
+    sites = mutate.sites(tmp_path, ["m.py"])
+    families = {s.family for s in sites}
+    assert families == set(mutate.FAMILIES) - {"combo"}
+    expected = {  # one example change per family (the first site of it)
+        "comparison": ("        if xs[i] < 3 and not flag:", "        if xs[i] <= 3 and not flag:"),
+        "boolean": ("        if xs[i] < 3 and not flag:", "        if xs[i] < 3 or not flag:"),
+        "swap_args": ("    g(xs, n)", "    g(n, xs)"),
+        "none_return": ("    return xs[1:n]", "    return None"),
+    }
+    for s in sites:
+        mutation = mutate.apply(tmp_path, [s])
+        assert mutation is not None, s
+        new = mutation.files["m.py"]
+        compile(new, "m.py", "exec")
+        changed = _changed_lines(SOURCE, new)
+        assert changed, s
+        if s.family not in ("remove_statement", "remove_branch", "body"):  # one line changed, comments and all kept
+            assert len(changed) == 2 and ("# keep this comment" in changed[1]) == ("# keep this comment" in changed[0]), changed
+        if s.family in expected and s == next(x for x in sites if x.family == s.family):
+            old_line, new_line = expected[s.family]
+            assert changed == [f"-{old_line}", f"+{new_line}"], (s, changed)
+    body = mutate.apply(tmp_path, [next(s for s in sites if s.family == "body")])
+    assert body is not None and body.files["m.py"] == 'def f(xs, n, flag=True):\n    """Doc."""\n    raise NotImplementedError\n'
+
+
+def test_candidates_are_seeded_and_spread_over_families(tmp_path: Path):
+    (tmp_path / "m.py").write_text(SOURCE)
+    sites = mutate.sites(tmp_path, ["m.py"])
+    a, b = mutate.candidates(sites, 7, 10), mutate.candidates(sites, 7, 10)
+    assert a == b
+    assert mutate.candidates(sites, 8, 10) != a
+    assert len({c[0].family for c in a}) == 10  # round-robin: ten families before any repeats
+
+
+def test_a_bug_as_a_patch_the_reset_applies_and_its_fix_undoes(minicalc: Path):
+    project = analyse(minicalc)
+    sites = mutate.sites(minicalc, project.source_files())
+    picks = [next(s for s in sites if s.family == f) for f in ("comparison", "remove_statement")]
+    mutation = mutate.apply(minicalc, picks)
+    assert mutation is not None and mutation.family == "combo"
+    bug, fix = mutate.unified_diff(minicalc, mutation), mutate.unified_diff(minicalc, mutation, reverse=True)
+    pristine = {rel: (minicalc / rel).read_text() for rel in mutation.files}
+    helper.apply_patch(str(minicalc), bug.encode())
+    assert {rel: (minicalc / rel).read_text() for rel in mutation.files} == mutation.files
+    helper.apply_patch(str(minicalc), fix.encode())
+    assert {rel: (minicalc / rel).read_text() for rel in mutation.files} == pristine
+    with pytest.raises(ValueError, match="does not apply"):
+        helper.apply_patch(str(minicalc), fix.encode())  # strict: the context is no longer there
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(["a\n", "--- x\n", "+++ y\n", "@@ z\n", "-\n", " b\n"]), min_size=1, max_size=25),
+       st.lists(st.tuples(st.integers(0, 30), st.sampled_from(["del", "ins", "set"])), max_size=5),
+       st.sampled_from([0, 1, 3]))
+def test_the_reset_applies_any_unified_diff_exactly(tmp_path_factory, lines, edits, context):
+    root = tmp_path_factory.mktemp("patch")
+    old = "".join(lines)
+    new_lines = list(lines)
+    for at, op in edits:
+        at = at % (len(new_lines) + 1)
+        if op == "ins":
+            new_lines.insert(at, "--- inserted\n")
+        elif new_lines and at < len(new_lines):
+            if op == "del":
+                del new_lines[at]
+            else:
+                new_lines[at] = "changed\n"
+    new = "".join(new_lines)
+    for name in ("one.py", "two.py"):
+        (root / name).write_text(old)
+    patch = "".join("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{n}", f"b/{n}", n=context))
+                    for n in ("one.py", "two.py"))
+    helper.apply_patch(str(root), patch.encode())
+    assert (root / "one.py").read_text() == new and (root / "two.py").read_text() == new
+
+
+def test_a_patch_cannot_reach_outside_the_repository(tmp_path: Path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "secret").write_text("x\n")
+    with pytest.raises(ValueError, match="outside"):
+        helper.apply_patch(str(tmp_path / "repo"), b"--- a/../secret\n+++ b/../secret\n@@ -1 +1 @@\n-x\n+y\n")
+    assert (tmp_path / "secret").read_text() == "x\n"
+
+
+# -- the project ------------------------------------------------------------------------------------
+
+def test_layout_requirements_and_config_of_the_fixture_project(minicalc: Path):
+    project = analyse(minicalc)
+    assert (project.name, project.version, project.python_path) == ("minicalc", "1.2.0", "src")
+    assert project.packages == ["minicalc"] and project.test_dirs == ["tests"]
+    assert project.requirements == ["pytest"]  # pytest-cov is a plugin envkit does not install
+    assert "tests/test_core.py" in project.test_files() and "pyproject.toml" in project.test_files()
+    assert project.source_files() == ["src/minicalc/__init__.py", "src/minicalc/core.py"]
+    changes = neutralise_config(minicalc)
+    assert changes == ["pyproject.toml addopts: '--cov=minicalc --cov-report=term-missing -ra' -> '-ra'"]
+    assert 'addopts = "-ra"' in (minicalc / "pyproject.toml").read_text()
+    assert neutralise_config(minicalc) == []
+
+
+def test_addopts_lose_plugins_and_keep_the_rest():
+    assert filter_addopts(["-n", "4", "--cov", "-p", "pytest_cov", "-p", "no:cacheprovider", "--strict-markers", "-x",
+                           "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider", "--strict-markers",
+                                                                            "-x", "-ra"]
+
+
+def test_ini_style_configuration_is_rewritten(tmp_path: Path):
+    (tmp_path / "setup.cfg").write_text("[metadata]\nname = x\n\n[tool:pytest]\naddopts =\n    --cov=x\n    -ra\n"
+                                        "required_plugins = pytest-cov\nmarkers = slow\n")
+    assert len(neutralise_config(tmp_path)) == 2
+    text = (tmp_path / "setup.cfg").read_text()
+    assert "addopts = -ra\n" in text and "--cov" not in text and "required_plugins = \n" in text and "markers = slow" in text
+
+
+def test_a_project_without_tests_is_refused(minicalc: Path):
+    shutil.rmtree(minicalc / "tests")
+    with pytest.raises(UserError, match="ships no tests"):
+        analyse(minicalc)
+
+
+@pytest.mark.parametrize("text, why", [("pypi:isodate", "pin one version"), ("git:/x@zz", "git:PATH@COMMIT")])
+def test_malformed_sources_are_refused(text: str, why: str):
+    with pytest.raises(UserError) as e:
+        parse_source(text)
+    assert why in e.value.hint or why in e.value.message
+
+
+def test_synth_refuses_a_missing_folder_and_a_full_out_and_leaves_nothing(tmp_path: Path):
+    assert_user_error(envkit("synth", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")), "is neither")
+    assert not (tmp_path / "o").exists() and not list(tmp_path.glob(".o.partial-*"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    assert_user_error(envkit("synth", str(MINICALC), "--out", str(tmp_path / "full")), "not empty")
+    assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
+
+
+# -- call traces: recorded on the pristine project, replayed on a changed one --------------------------
+
+def _suite(project_src: Path, tests: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(project_src)}
+    proc = subprocess.run([sys.executable, str(INCONTAINER / "suite_runner.py"), *args], cwd=tests, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_traces_replay_on_the_pristine_code_and_tell_a_bug_apart(minicalc: Path, tmp_path: Path):
+    src = minicalc / "src"
+    out, traces = tmp_path / "out.json", tmp_path / "traces.json"
+    _suite(src, minicalc, "run", "--out", str(out), "--trace", str(traces), "--package", str(src / "minicalc"), "--",
+           "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests")
+    report, recorded = json.loads(out.read_text()), json.loads(traces.read_text())
+    assert report["collected"] == 22 and all(t["outcome"] == "passed" for t in report["tests"].values())
+    stack = recorded["tests/test_core.py::test_stack"]
+    assert stack[0] == {"t": "minicalc.core.Stack", "args": [], "kwargs": {"$d": [["items", [1]]]},
+                        "out": {"$ref": 1, "type": "minicalc.core.Stack", "repr": "Stack([1])"}}
+    assert [s.get("attr") for s in stack[1:]] == ["push", "peek", "pop", "__len__", "__repr__"]
+    chunked = recorded["tests/test_core.py::test_chunks_one_by_one"]  # a generator: the call, then each value
+    assert [s.get("attr") for s in chunked] == [None, "__next__", "__next__"] and chunked[2]["out"] == ["b"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(recorded))
+    replayed = tmp_path / "replayed.json"
+    _suite(src, minicalc, "replay", "--traces", str(traces), "--ids", str(ids), "--out", str(replayed))
+    assert all(mismatch is None for _, mismatch in json.loads(replayed.read_text()).values())
+
+    core = src / "minicalc" / "core.py"
+    core.write_text(core.read_text().replace("return self._items[-1]", "return self._items[0]"))
+    _suite(src, minicalc, "replay", "--traces", str(traces), "--ids", str(ids), "--out", str(replayed))
+    failed = {t: m for t, m in json.loads(replayed.read_text()).items() if m[1] is not None}
+    assert list(failed) == ["tests/test_core.py::test_stack"]
+    assert failed["tests/test_core.py::test_stack"][1]["call"] == "<object 1>.peek"
+
+
+def test_the_comparison_is_strict_about_types_and_blind_to_order_and_addresses():
+    same = calltrace.same
+    assert not same(1, 1.0) and not same(True, 1) and not same({"$t": [1]}, [1])
+    assert same({"$d": [["a", 1], ["b", 2]]}, {"$d": [["b", 2], ["a", 1]]})
+    assert same({"$s": [1, 2]}, {"$s": [2, 1]})
+    assert same({"$ref": 3, "type": "m.C", "repr": "<m.C object at 0x7f00>"}, {"$ref": 9, "type": "m.C", "repr": "<m.C object at 0x1>"})
+    assert not same({"$ref": 3, "type": "m.C", "repr": "C(1)"}, {"$ref": 3, "type": "m.C", "repr": "C(2)"})
+    assert same({"exc": ["ValueError", "Exception"]}, {"exc": ["ValueError"]})
+    assert not same({"exc": ["ValueError"]}, {"exc": ["TypeError"]}) and not same({"exc": ["ValueError"]}, None)
+
+
+# -- the wheel lock and its layer -----------------------------------------------------------------------
+
+def _wheel(path: Path) -> Path:
+    whl = path / "tinytool-1.0-py3-none-any.whl"
+    files = {"tinytool/__init__.py": b"def main():\n    print('hi')\n",
+             "tinytool-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinytool\nVersion: 1.0\n",
+             "tinytool-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             "tinytool-1.0.dist-info/entry_points.txt": b"[console_scripts]\ntinytool = tinytool:main\n"}
+    record = "".join(f"{n},,\n" for n in files) + "tinytool-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(whl, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+        z.writestr("tinytool-1.0.dist-info/RECORD", record)
+    return whl
+
+
+def test_a_lock_gives_the_same_layer_from_the_cache_with_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from envkit import pylock
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    whl = _wheel(tmp_path)
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    cached = pylock.cache_dir() / sha / whl.name
+    cached.parent.mkdir(parents=True)
+    shutil.copyfile(whl, cached)
+    entries = [pylock.LockEntry("tinytool", "1.0", sha, whl.name)]
+    text = pylock.write_lock(entries, ["tinytool"])
+    assert pylock.parse_lock(text) == entries
+    monkeypatch.setattr(pylock, "_pip", lambda *a: pytest.fail("no download when the wheel is cached"))
+    first, second = pylock.layer(entries), pylock.layer(entries)
+    assert first == second
+    with tarfile.open(fileobj=io.BytesIO(first)) as t:
+        names = {m.name: m for m in t.getmembers()}
+        assert all(m.mtime == 0 and m.uid == 0 for m in names.values())
+        assert "usr/local/lib/python3.11/dist-packages/tinytool/__init__.py" in names
+        script = t.extractfile(names["usr/local/bin/tinytool"]).read()  # type: ignore[union-attr]
+        assert script.startswith(b"#!/usr/bin/python3") and names["usr/local/bin/tinytool"].mode == 0o755
+        assert not any(n.endswith(".pyc") for n in names)
+    assert pylock.cached_layer(text) == first
+
+
+def test_a_missing_wheel_without_network_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from envkit import pylock
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def offline(args, what):
+        raise UserError(f"pip could not download {what}: Network is unreachable", "")
+    monkeypatch.setattr(pylock, "_pip", offline)
+    with pytest.raises(UserError) as e:
+        pylock.wheel_path(pylock.LockEntry("tinytool", "1.0", "0" * 64, "tinytool-1.0-py3-none-any.whl"))
+    assert "is not in envkit's cache" in e.value.message and "copy the cache" in e.value.hint
+    with pytest.raises(UserError, match="not a locked wheel"):
+        pylock.parse_lock("pytest>=8\n")
+
+
+# -- hidden tests that import the workspace ------------------------------------------------------------
+
+def test_hidden_tests_that_import_the_workspace_are_refused_up_front(pyfix_copy: Path):
+    (pyfix_copy / "verify" / "tests" / "fix-median.py").write_text("from kit.stats import median\nimport kit.text as t\n\n"
+                                                                  "def test_m():\n    assert median([1, 2]) == 1.5\n")
+    with pytest.raises(SpecError) as e:
+        load_environment(pyfix_copy)
+    problem = e.value.problems[0]
+    assert problem.path == "verify/tests/fix-median.py:1"
+    assert "trust boundary" in problem.message
+    assert 'median = function("kit.stats.median")' in problem.fix and "envkit synth" in problem.fix
