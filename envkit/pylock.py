@@ -12,7 +12,7 @@ site-packages, written as a tar with every varying field pinned. The same lock t
 always gives the same layer, byte for byte, and the same image ID.
 
 Wheels are kept in ``$XDG_CACHE_HOME/envkit/wheels/<sha256>/<file>`` (default
-``~/.cache``): a build that finds every wheel there needs no network. A missing one is
+``~/.cache``; ``ENVKIT_WHEEL_CACHE`` names another folder): a build that finds every wheel there needs no network. A missing one is
 downloaded (``pip download``) and checked against its hash.
 """
 
@@ -59,6 +59,9 @@ class LockEntry:
 
 
 def cache_dir() -> Path:
+    """Where wheels are kept by hash: ``$ENVKIT_WHEEL_CACHE``, else ``$XDG_CACHE_HOME/envkit/wheels``."""
+    if os.environ.get("ENVKIT_WHEEL_CACHE"):
+        return Path(os.environ["ENVKIT_WHEEL_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit" / "wheels"
 
 
@@ -170,7 +173,7 @@ def layer(entries: list[LockEntry]) -> bytes:
 def cached_layer(text: str, source: str = "python.lock") -> bytes:
     """:func:`layer` for a lock's text, kept beside the wheels by the text's hash (a build
     that finds it installs nothing)."""
-    path = cache_dir().parent / "layers" / (hashlib.sha256(text.encode()).hexdigest() + ".tar")
+    path = cache_dir() / "layers" / (hashlib.sha256(text.encode()).hexdigest() + ".tar")
     if path.is_file():
         return path.read_bytes()
     data = layer(parse_lock(text, source))

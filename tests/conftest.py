@@ -30,9 +30,16 @@ def envkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, time
                           env={**os.environ, **(env or {})}, timeout=timeout, input=stdin)
 
 
+@pytest.fixture(scope="session")
+def _wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("wheels")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test (nor the envkit processes it starts) sees the machine user's registry login."""
+def _isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, _wheel_cache: Path) -> None:
+    """No test (nor the envkit processes it starts) sees the machine user's registry login. Wheels
+    of locked environments (envkit synth's) are downloaded once per test session."""
+    monkeypatch.setenv("ENVKIT_WHEEL_CACHE", str(_wheel_cache))
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))

@@ -88,7 +88,7 @@ def fetch(text: str, work: Path) -> tuple[Path, Source]:
         downloads = work / "sdist"
         downloads.mkdir()
         proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                               "--no-binary", ":all:", f"{a}=={b}", "-d", str(downloads)],
+                               "--no-binary", a, f"{a}=={b}", "-d", str(downloads)],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
             lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING: Location")]

@@ -22,6 +22,8 @@ templates = Jinja2Templates(directory=str(Path(__file__).parent / "templates"))
 router = APIRouter(include_in_schema=False)
 
 PAGE_SIZE = 25
+TASKS_PAGE_SIZE = 50  # an environment's tasks (envkit synth makes hundreds)
+FILES_SHOWN = 300
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; base-uri 'none'; "
        "frame-ancestors 'none'")
 
@@ -51,7 +53,9 @@ def index(request: Request, session: SessionDep, q: Annotated[str, Query(max_len
 
 @router.get("/e/{namespace}/{name}", response_class=HTMLResponse)
 def environment(request: Request, session: SessionDep, store: StoreDep, namespace: Namespace, name: Name,
-                version: Annotated[str, Query(max_length=128, pattern=f"(^$)|({SEMVER_PATTERN})")] = "") -> HTMLResponse:
+                version: Annotated[str, Query(max_length=128, pattern=f"(^$)|({SEMVER_PATTERN})")] = "",
+                task_q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$")] = "",
+                task_page: Annotated[int, Query(ge=1, le=100_000)] = 1) -> HTMLResponse:
     try:
         row = crud.get_environment(session, namespace=namespace, name=name)
         env = crud.environment_public(row, with_versions=True)
@@ -67,9 +71,18 @@ def environment(request: Request, session: SessionDep, store: StoreDep, namespac
     if chosen is not None:
         spec = chosen.spec or {}
         kind, trust = verifier_kind(spec)
+        bundle = bundle_view(store, chosen.bundle_digest, chosen.size, spec)
+        needle = task_q.strip().lower()
+        matching = [t for t in bundle.tasks if not needle or needle in t["id"].lower() or needle in t["instruction"].lower()]
+        task_pages = max(1, -(-len(matching) // TASKS_PAGE_SIZE))
+        page = min(task_page, task_pages)
+        query = {k: v for k, v in {"version": version, "task_q": task_q}.items() if v}
+        context.update(
+            tasks=matching[(page - 1) * TASKS_PAGE_SIZE: page * TASKS_PAGE_SIZE], task_count=len(matching), task_q=task_q,
+            task_page=page, task_pages=task_pages, task_query=query, files_shown=bundle.files[:FILES_SHOWN])
         context.update(
             chosen=crud.version_public(chosen), spec=spec, verifier={"kind": kind, "trust": trust, **(spec.get("verifier") or {})},
-            bundle=bundle_view(store, chosen.bundle_digest, chosen.size, spec),
+            bundle=bundle,
             chart=health_chart(crud.health_timeline(chosen)),
             own=crud.health_summary(chosen, own=True), others=crud.health_summary(chosen, own=False))
     return _page(request, "environment.html", context)

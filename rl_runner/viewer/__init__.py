@@ -268,7 +268,7 @@ def make_app(index: TrajectoryIndex, tokenizer: Path | None, title: str) -> Any:
                 return bool(e.error)
             if e.error:
                 return not (env or task or outcome or low is not None or high is not None or retried)
-            return ((not env or e.env == env) and (not task or e.task == task)
+            return ((not env or e.env == env) and (not task or task in e.task)
                     and (not outcome or e.outcome == outcome or (outcome.endswith(":") and e.outcome.startswith(outcome)))
                     and (low is None or (e.reward is not None and e.reward >= low))
                     and (high is None or (e.reward is not None and e.reward <= high))

@@ -40,6 +40,8 @@ def test_check_env_passes_and_the_oracle_reaches_its_reward_through_step(name: s
         oracle = Path(env.runtime.env.root) / task.oracle
         if oracle.suffix == ".json":  # tool actions: exactly this API's dict form
             actions = json.loads(oracle.read_text())["actions"]
+        elif oracle.suffix == ".diff":  # a patch (envkit synth's fixes): applied with git, in one bash action
+            actions = [f"cd /workspace && git apply <<'ENVKIT_EOF'\n{oracle.read_text()}ENVKIT_EOF"]
         else:  # a shell script: one bash action
             actions = [oracle.read_text()]
         out: tuple = ()

@@ -6,7 +6,6 @@ exit 2 and nothing left in --out."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -25,22 +24,16 @@ MINICALC = ROOT / "tests" / "fixtures" / "minicalc"
 
 
 @pytest.fixture(scope="module")
-def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """One wheel cache for the module's synth runs (each test otherwise gets a fresh one)."""
-    return {"XDG_CACHE_HOME": str(tmp_path_factory.mktemp("cache"))}
-
-
-@pytest.fixture(scope="module")
-def minicalc_env(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, str]) -> Path:
+def minicalc_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("synth") / "minicalc-env"
-    proc = envkit("synth", str(MINICALC), "--out", str(out), "--max-tasks", "6", "--seed", "3", "--json", env=wheels)
+    proc = envkit("synth", str(MINICALC), "--out", str(out), "--max-tasks", "6", "--seed", "3", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stdout)
     assert figures["tasks"] == 6 and figures["baseline"]["stable"] == 22
     return out
 
 
-def test_the_fixture_project_becomes_an_environment_that_validates(minicalc_env: Path, wheels: dict[str, str]):
+def test_the_fixture_project_becomes_an_environment_that_validates(minicalc_env: Path):
     env = load_environment(minicalc_env)
     assert env.spec.image.python_lock == "python.lock" and env.spec.state.repo.python_path == "src"  # type: ignore[union-attr]
     provenance = json.loads((minicalc_env / "provenance.json").read_text())
@@ -51,10 +44,10 @@ def test_the_fixture_project_becomes_an_environment_that_validates(minicalc_env:
     for task in env.tasks:
         assert task.patch and task.params["fail_to_pass"] and task.oracle.endswith(".diff")
         assert "raise NotImplementedError" not in task.instruction and "@@" not in task.instruction  # never the patch
-    first = envkit("build", str(minicalc_env), "--json", env=wheels)
-    again = envkit("build", str(minicalc_env), "--json", env=wheels)
+    first = envkit("build", str(minicalc_env), "--json")
+    again = envkit("build", str(minicalc_env), "--json")
     assert first.returncode == 0 and json.loads(first.stdout)["image_id"] == json.loads(again.stdout)["image_id"]
-    proc = envkit("validate", str(minicalc_env), "--sample", "3", "--json", env=wheels)
+    proc = envkit("validate", str(minicalc_env), "--sample", "3", "--json")
     report = json.loads(proc.stdout)
     assert proc.returncode == 0, [t["problems"] for t in report["tasks"]]
     assert len(report["tasks"]) == 3 and not report["probes"]["beaten"]
@@ -88,36 +81,36 @@ def test_the_fix_is_nowhere_the_agent_can_read(minicalc_env: Path, client, tmp_p
     assert result.reward == 0.0
 
 
-def test_a_project_whose_tests_need_the_network_is_refused(tmp_path: Path, wheels: dict[str, str]):
+def test_a_project_whose_tests_need_the_network_is_refused(tmp_path: Path):
     project = tmp_path / "netcalc"
     shutil.copytree(MINICALC, project)
     network = "import socket\n\n" + "".join(
         f"def test_fetch_{i}():\n    socket.create_connection(('pypi.invalid', 443), timeout=2).close()\n\n" for i in range(30))
     (project / "tests" / "test_network.py").write_text(network)
     out = tmp_path / "out"
-    assert_user_error(envkit("synth", str(project), "--out", str(out), env=wheels), "reaching the network", "offline")
+    assert_user_error(envkit("synth", str(project), "--out", str(out)), "reaching the network", "offline")
     assert not out.exists() and not list(tmp_path.glob(".out.partial-*"))
 
 
 @pytest.mark.slow
-def test_a_real_sdist_becomes_an_environment_that_validates(tmp_path: Path, wheels: dict[str, str]):
+def test_a_real_sdist_becomes_an_environment_that_validates(tmp_path: Path):
     out = tmp_path / "iso"
-    proc = envkit("synth", "pypi:isodate==0.7.2", "--out", str(out), "--max-tasks", "4", "--json", env=wheels)
+    proc = envkit("synth", "pypi:isodate==0.7.2", "--out", str(out), "--max-tasks", "4", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["source"]["digest"].startswith("sha256:") and provenance["source"]["origin"] == "isodate-0.7.2.tar.gz"
     assert provenance["baseline"]["stable"] >= 200
-    proc = envkit("validate", str(out), "--sample", "2", "--probes", "none", "--json", env=wheels)
+    proc = envkit("validate", str(out), "--sample", "2", "--probes", "none", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:]
-    unknown = envkit("synth", "pypi:isodate==0.0.999", "--out", str(tmp_path / "none"), env=wheels)
+    unknown = envkit("synth", "pypi:isodate==0.0.999", "--out", str(tmp_path / "none"))
     assert_user_error(unknown, "could not download the source distribution of isodate==0.0.999")
     assert not (tmp_path / "none").exists()
 
 
-def test_validate_sample_is_seeded(minicalc_env: Path, wheels: dict[str, str]):
+def test_validate_sample_is_seeded(minicalc_env: Path):
     picks = []
     for _ in range(2):
         proc = envkit("validate", str(minicalc_env), "--sample", "2", "--seed", "5", "--probes", "none", "--json",
-                      env={**wheels, **{k: v for k, v in os.environ.items() if k == "ENVKIT_RUNTIME"}})
+)
         picks.append([t["task_id"] for t in json.loads(proc.stdout)["tasks"]])
     assert picks[0] == picks[1] and len(picks[0]) == 2

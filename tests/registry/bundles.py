@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -30,6 +31,21 @@ def make_pyfix_bundle(tmp_path: Path, *, name: str = "envkit/pyfix", version: st
         (folder / "repo" / "SALT").write_text(salt)
     if readme is not None:
         (folder / "README.md").write_bytes(readme)
+    return make_bundle(load_environment(folder))
+
+
+def make_many_tasks_bundle(tmp_path: Path, count: int, *, name: str = "envkit/many") -> Bundle:
+    """A pyfix copy with ``count`` tasks (its 13 repeated under new ids): the size envkit synth makes."""
+    folder = tmp_path / f"many-{count}"
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(PYFIX, folder, ignore=shutil.ignore_patterns("envkit.lock"))
+    spec = folder / "envkit.toml"
+    spec.write_text(spec.read_text().replace('name = "envkit/pyfix"', f'name = "{name}"'))
+    base = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines() if line.strip()]
+    lines = [json.dumps({**base[i % len(base)], "id": f"task-{i:04d}",
+                         "instruction": f"Task number {i}. " + base[i % len(base)]["instruction"]}) for i in range(count)]
+    (folder / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     return make_bundle(load_environment(folder))
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from envkit.spec import load_environment
 
-from ..conftest import PYFIX, envkit
+from ..conftest import PYFIX, ROOT, envkit
 from .bundles import put
 
 pytestmark = pytest.mark.docker
@@ -137,3 +137,49 @@ def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_
     run = envkit("run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0 and json.loads(run.stdout)["runtime"] == "gvisor"
+
+
+def synthesized_copy(tmp_path: Path, count: int) -> Path:
+    """environments/isodate (envkit synth's) grown to ``count`` tasks: its tasks repeated under
+    new ids, each with its own patch and fix files."""
+    folder = tmp_path / f"iso-{count}"
+    shutil.copytree(ROOT / "environments" / "isodate", folder, ignore=shutil.ignore_patterns("envkit.lock", "validation.json"))
+    spec = folder / "envkit.toml"
+    spec.write_text(spec.read_text().replace('name = "synth/isodate"', 'name = "envkit/iso-many"'))
+    base = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines()]
+    lines = []
+    for i in range(count):
+        task, new_id = base[i % len(base)], f"{i:04d}-{base[i % len(base)]['id'][5:]}"[:64]
+        for key, folder_name in (("patch", "bugs"), ("oracle", "fixes")):
+            shutil.copyfile(folder / task[key], folder / folder_name / f"{new_id}.diff")
+        lines.append(json.dumps({**task, "id": new_id, "patch": f"bugs/{new_id}.diff", "oracle": f"fixes/{new_id}.diff"}))
+    for old in base:
+        if old["id"] not in {json.loads(line)["id"] for line in lines}:
+            (folder / old["patch"]).unlink()
+            (folder / old["oracle"]).unlink()
+    (folder / "tasks.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_publish_and_pull_a_synthesized_environment_of_500_tasks(registry, cli_env, tmp_path):
+    folder = synthesized_copy(tmp_path, 500)
+    assert len(load_environment(folder).tasks) == 500
+    pub = envkit("publish", str(folder), "--json", env=cli_env)
+    assert pub.returncode == 0, pub.stderr
+    published = json.loads(pub.stdout)
+    with registry.client() as c:
+        assert c.get("/environments/envkit/iso-many/versions/0.7.2").json()["task_count"] == 500
+    import docker
+
+    docker.from_env().images.remove(published["image_id"], force=True)
+    pulled = envkit("pull", "envkit/iso-many@0.7.2", "--json", env=cli_env)
+    assert pulled.returncode == 0, pulled.stderr
+    result = json.loads(pulled.stdout)
+    assert result["image_id"] == published["image_id"] and result["source"] == "rebuilt"
+    env = load_environment(result["folder"])
+    assert len(env.tasks) == 500
+    task = env.tasks[499].id
+    run = envkit("run", "envkit/iso-many@0.7.2", "--task", task, "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
+    assert run.returncode == 0, run.stderr
+    done = json.loads(run.stdout)
+    assert done["reward"] == 1.0 and done["runtime"] == "gvisor"  # a pulled environment: under gVisor by default

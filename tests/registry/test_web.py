@@ -8,7 +8,7 @@ import shutil
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from .bundles import make_pyfix_bundle, put
+from .bundles import make_many_tasks_bundle, make_pyfix_bundle, put
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -191,3 +191,34 @@ def test_environment_pages_show_what_an_environment_is(hub, tmp_path):
     assert "script-src" not in response.headers["content-security-policy"]  # default-src 'none': no script at all
     assert response.headers["content-security-policy"].startswith("default-src 'none'")
     assert httpx.get(hub.url + "/e/envkit/alpha?version=9.9.9").status_code == 404
+
+
+def test_an_environment_of_hundreds_of_tasks_pages_through_them(registry, tmp_path):
+    """envkit synth makes hundreds of tasks: the page shows 50 at a time, with page links and a
+    filter (no script: plain links and a GET form)."""
+    if not shutil.which("chromium"):
+        pytest.fail("Debian's chromium is not installed: run scripts/setup.sh")
+    with registry.client(registry.token) as c:
+        assert put(c, make_many_tasks_bundle(tmp_path, 520), name="many").status_code == 201
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            page.goto(registry.url + "/e/envkit/many")
+            rows = page.locator("#task-table tbody tr")
+            expect(rows).to_have_count(50)
+            expect(page.locator("#tasks")).to_contain_text("(520)")
+            expect(rows.first).to_contain_text("task-0000")
+            expect(page.locator("#task-pages")).to_contain_text("tasks page 1 of 11")
+            page.locator("#task-pages").get_by_role("link", name="next").click()
+            expect(rows.first).to_contain_text("task-0050")
+            page.locator("#task-pages").get_by_role("link", name="11", exact=True).click()
+            expect(rows).to_have_count(20)
+            expect(rows.last).to_contain_text("task-0519")
+            page.get_by_role("searchbox", name="filter tasks").fill("task number 7")
+            page.get_by_role("button", name="filter").click()
+            expect(page.locator("#tasks")).to_contain_text("(11 of 520)")  # tasks 7 and 70 to 79
+            expect(rows).to_have_count(11)
+            expect(rows.first).to_contain_text("task-0007")
+        finally:
+            browser.close()

@@ -282,7 +282,7 @@ def _wheel(path: Path) -> Path:
 def test_a_lock_gives_the_same_layer_from_the_cache_with_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from envkit import pylock
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVKIT_WHEEL_CACHE", str(tmp_path / "cache"))
     whl = _wheel(tmp_path)
     sha = hashlib.sha256(whl.read_bytes()).hexdigest()
     cached = pylock.cache_dir() / sha / whl.name
@@ -307,7 +307,7 @@ def test_a_lock_gives_the_same_layer_from_the_cache_with_no_network(tmp_path: Pa
 def test_a_missing_wheel_without_network_says_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     from envkit import pylock
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENVKIT_WHEEL_CACHE", str(tmp_path / "cache"))
 
     def offline(args, what):
         raise UserError(f"pip could not download {what}: Network is unreachable", "")
