@@ -51,6 +51,7 @@ BASELINE_RUNS = 3
 MIN_PASSING = 0.8
 MAX_SUITE_S = 60.0
 MAX_F2P_STORED = 8
+MAX_TRACE_BYTES = 6000  # a test's recorded calls kept (a prefix): what a task stores stays small
 CANDIDATES_PER_TASK = 3
 SUITE = "/tmp/envkit-suite"
 RUNNER = "/opt/envkit/suite_runner.py"
@@ -304,6 +305,14 @@ def record_traces(boxes: Boxes, ids: list[str], progress: Progress) -> tuple[dic
                     traces[t] = traces[t][: int(checked)]
                     cut["cut" if checked else "unreplayable"] += 1
         progress("traces", 3, 3)
+    for t, steps in traces.items():
+        size = 0
+        for i, step in enumerate(steps):
+            size += len(json.dumps(step, separators=(",", ":")))
+            if size > MAX_TRACE_BYTES:
+                traces[t] = steps[:i]
+                cut["capped"] += 1
+                break
     return {t: s for t, s in traces.items() if s}, dict(cut)
 
 

@@ -330,3 +330,70 @@ def test_hidden_tests_that_import_the_workspace_are_refused_up_front(pyfix_copy:
     assert problem.path == "verify/tests/fix-median.py:1"
     assert "trust boundary" in problem.message
     assert 'median = function("kit.stats.median")' in problem.fix and "envkit synth" in problem.fix
+
+
+# -- task text ------------------------------------------------------------------------------------------
+
+def test_the_template_names_tests_and_api_never_the_patch():
+    from envkit.synth.text import instruction
+
+    words = instruction(project="minicalc", package_dir="src", test_cmd="python3 -m pytest -q tests",
+                        failing=[("tests/test_core.py::test_mean", "assert 2.0 == 2.5\n +  where 2.0 = mean([1, 2, 3, 4])")],
+                        apis=["minicalc.core.mean", "minicalc.core._helper"])
+    assert "`minicalc.core.mean`" in words and "_helper" not in words
+    assert "`tests/test_core.py::test_mean`: assert 2.0 == 2.5 + where 2.0 = mean([1, 2, 3, 4])" in words
+    assert "/workspace" in words and "python3 -m pytest -q tests" in words
+    body = instruction(project="minicalc", package_dir="src", test_cmd="t", failing=[("a::b", "NotImplementedError")], apis=[],
+                       body_of="minicalc.core.Stack.peek")
+    assert body.startswith("`minicalc.core.Stack.peek` in minicalc has no implementation")
+
+
+def test_the_writer_endpoint_rewrites_and_its_failures_keep_the_template():
+    """The writer is a declared seam (an OpenAI-compatible URL): a loopback server stands in."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from envkit.synth.text import rewrite
+
+    replies = {"text": "Hi, `tests/t.py::test_a` fails for me since upgrading."}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _send(self, body: dict, status: int = 200) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._send({"data": [{"id": "tiny"}]})
+
+        def do_POST(self):
+            asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            assert asked["model"] == "tiny" and "tests/t.py::test_a" in asked["messages"][0]["content"]
+            if replies["text"] is None:
+                self._send({"error": "down"}, 500)
+            else:
+                self._send({"choices": [{"message": {"content": replies["text"]}}]})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    template = "A bug makes 1 test fail.\n- `tests/t.py::test_a`: assert 1 == 2"
+    try:
+        text, error = rewrite(template, url)
+        assert error is None and text.startswith("Hi, `tests/t.py::test_a` fails") and "/workspace" in text
+        replies["text"] = "Something is broken."  # the test's name dropped: not taken
+        assert rewrite(template, url) == (template, "the rewritten text dropped a test name")
+        replies["text"] = None  # the endpoint fails
+        text, error = rewrite(template, url)
+        assert text == template and error and "500" in error
+    finally:
+        server.shutdown()
+        server.server_close()
+    text, error = rewrite(template, "http://127.0.0.1:9", timeout_s=2)  # nothing listens
+    assert text == template and error
