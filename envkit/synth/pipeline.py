@@ -50,7 +50,7 @@ __all__ = ["SynthResult", "synth"]
 BASELINE_RUNS = 3
 MIN_PASSING = 0.8
 MAX_SUITE_S = 60.0
-MAX_F2P_STORED = 8
+MAX_F2P_STORED = 12
 MAX_TRACE_BYTES = 6000  # a test's recorded calls kept (a prefix): what a task stores stays small
 CANDIDATES_PER_TASK = 3
 SUITE = "/tmp/envkit-suite"
@@ -259,7 +259,7 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float) -> Can
         return cand
     tests = _outcomes(report)
     cand.fail_to_pass = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
-    cand.messages = {t: str(tests.get(t, {}).get("message", "not run")) for t in cand.fail_to_pass[:MAX_F2P_STORED]}
+    cand.messages = {t: str(tests.get(t, {}).get("message", "not run")) for t in cand.fail_to_pass}
     if not cand.fail_to_pass:
         cand.drop = "no test fails"
     return cand
@@ -269,7 +269,7 @@ def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, trac
     """The second run (the same tests must fail) and the replay of the failing tests' calls on
     the bug (one must differ from the pristine project's)."""
     assert cand.mutation is not None
-    ids = [t for t in cand.fail_to_pass if traces.get(t)]
+    ids = [t for t in spread(cand.fail_to_pass, MAX_F2P_STORED * 2) if traces.get(t)]
     out = box.run(cand.mutation.files, cap_s, replay_ids=ids, traces=traces)
     tests = _outcomes(out.get("report"))
     again = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
@@ -281,10 +281,34 @@ def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, trac
         cand.drop = "no failing test makes a call into the package that can be replayed"
     else:
         replayed = out.get("replay") or {}
-        cand.discriminating = [t for t in ids if (replayed.get(t) or [0, None])[1] is not None]
-        if not cand.discriminating:
+        mismatched = [t for t in ids if (replayed.get(t) or [0, None])[1] is not None]
+        # told apart by a value: data, an exception, an object's own repr; an object of the right
+        # type with a default repr (<X object at 0x…>) would let any object of that type pass
+        cand.discriminating = [t for t in mismatched if replayed[t][1].get("telling", True)]
+        if not mismatched:
             cand.drop = "no replayed call tells the bug apart from the fix (the tests see it some other way)"
+        elif not cand.discriminating:
+            cand.drop = "only an object's type tells the bug apart (its repr is the default one)"
     return cand
+
+
+def spread(ids: list[str], k: int) -> list[str]:
+    """Up to ``k`` of ``ids`` spread over test functions (one of each in turn) and, within one,
+    over its parametrisations (evenly spaced), so that replayed calls cover different inputs."""
+    groups: dict[str, list[str]] = {}
+    for t in ids:
+        groups.setdefault(t.partition("[")[0], []).append(t)
+    order = []
+    for members in groups.values():
+        step = max(1, len(members) / max(1, min(len(members), k)))
+        picks = [members[int(i * step)] for i in range(min(len(members), k))]
+        order.append(picks + [m for m in members if m not in picks])
+    out: list[str] = []
+    while len(out) < k and any(order):
+        for queue_ in order:
+            if queue_ and len(out) < k:
+                out.append(queue_.pop(0))
+    return out
 
 
 def record_traces(boxes: Boxes, ids: list[str], progress: Progress) -> tuple[dict[str, Any], dict[str, int]]:
@@ -511,7 +535,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         # traces of the failing tests, then confirmation of each survivor
         t = time.monotonic()
         survivors = [c for c in todo if c.drop is None]
-        wanted = sorted({test for c in survivors for test in c.fail_to_pass[:MAX_F2P_STORED * 2]})
+        wanted = sorted({test for c in survivors for test in spread(c.fail_to_pass, MAX_F2P_STORED * 2)})
         traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
         done[0] = 0
         boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors, tick("confirm", len(survivors)))
@@ -555,7 +579,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
     for n, c in enumerate(tasks, start=1):
         assert c.mutation is not None
         task_id = _task_id(n, c)
-        f2p = (c.discriminating + [t for t in c.fail_to_pass if t not in c.discriminating and traces.get(t)])[:MAX_F2P_STORED]
+        f2p = spread(c.discriminating, MAX_F2P_STORED)
+        f2p += spread([t for t in c.fail_to_pass if t not in f2p and traces.get(t)], MAX_F2P_STORED - len(f2p))
         used.update(f2p)
         (dest / "bugs" / f"{task_id}.diff").write_text(mutate.unified_diff(project.root, c.mutation))
         (dest / "fixes" / f"{task_id}.diff").write_text(mutate.unified_diff(project.root, c.mutation, reverse=True))
@@ -566,7 +591,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         apis = [a for t in f2p for a in _apis(traces.get(t, []))]
         words = text.instruction(project=project.name, package_dir=pkg_dir, test_cmd=test_cmd,
                                  failing=[(t, c.messages.get(t, "")) for t in f2p or c.fail_to_pass],
-                                 apis=list(dict.fromkeys(apis)), body_of=body_of)
+                                 apis=list(dict.fromkeys(apis)), body_of=body_of, total=len(c.fail_to_pass))
         if writer:
             words, error = text.rewrite(words, writer)
             rewrites["template" if error else "rewritten"] += 1
@@ -576,7 +601,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                                  "params": {"fail_to_pass": f2p, "family": c.family}}, sort_keys=True))
         records.append({"id": task_id, "family": c.family,
                         "sites": [{"file": s.file, "function": s.function, "family": s.family, "line": s.line} for s in c.sites],
-                        "fail_to_pass": c.fail_to_pass, "fail_to_pass_stored": f2p, "pass_to_pass": len(stable) - len(c.fail_to_pass),
+                        "fail_to_pass": c.fail_to_pass, "fail_to_pass_replayed": f2p, "pass_to_pass": len(stable) - len(c.fail_to_pass),
                         "baseline_durations_s": {t: figures["durations"].get(t) for t in f2p}})
     (dest / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     suite = {"version": 1, "repo": "repo", "tests": stable_list, "files": project.test_files(),

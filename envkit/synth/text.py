@@ -17,11 +17,12 @@ def _public(target: str) -> bool:
 
 
 def instruction(*, project: str, package_dir: str, test_cmd: str, failing: list[tuple[str, str]], apis: list[str],
-                body_of: str | None = None) -> str:
+                body_of: str | None = None, total: int | None = None) -> str:
     """The task's text. ``failing``: (test id, first lines of its failure); ``apis``: the public
     targets the failing tests call (from their recorded calls); ``body_of``: the function whose
     body was removed (for "implement this" tasks)."""
     shown = failing[:MAX_TESTS_SHOWN]
+    total = max(total or 0, len(failing))
     lines = []
     if body_of:
         lines.append(f"`{body_of}` in {project} has no implementation: it raises NotImplementedError. Implement it as its "
@@ -29,14 +30,14 @@ def instruction(*, project: str, package_dir: str, test_cmd: str, failing: list[
     else:
         api = [a for a in apis if _public(a)][:3]
         what = f" in `{'`, `'.join(api)}`" if api else ""
-        lines.append(f"A bug{what} makes {len(failing)} of {project}'s own tests fail.")
+        lines.append(f"A bug{what} makes {total} of {project}'s own tests fail.")
     lines.append("")
     lines.append("Failing tests:" if len(failing) > 1 else "Failing test:")
     for test, message in shown:
         first = re.sub(r"\s+", " ", message.strip())[:220]
         lines.append(f"- `{test}`" + (f": {first}" if first else ""))
-    if len(failing) > len(shown):
-        lines.append(f"- and {len(failing) - len(shown)} more")
+    if total > len(shown):
+        lines.append(f"- and {total - len(shown)} more")
     lines.append("")
     lines.append(f"Fix the library's code (under `{package_dir}`); the tests are right and must not be changed. Every "
                  f"other test must keep passing. The project is in /workspace (a git repository); run its tests with "

@@ -219,8 +219,7 @@ def test_synth_refuses_a_missing_folder_and_a_full_out_and_leaves_nothing(tmp_pa
 # -- call traces: recorded on the pristine project, replayed on a changed one --------------------------
 
 def _suite(project_src: Path, tests: Path, *args: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(project_src)}
-    proc = subprocess.run([sys.executable, str(INCONTAINER / "suite_runner.py"), *args], cwd=tests, env=env,
+    proc = subprocess.run([sys.executable, str(INCONTAINER / "suite_runner.py"), "--path", str(project_src), *args], cwd=tests,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
@@ -397,3 +396,46 @@ def test_the_writer_endpoint_rewrites_and_its_failures_keep_the_template():
         server.server_close()
     text, error = rewrite(template, "http://127.0.0.1:9", timeout_s=2)  # nothing listens
     assert text == template and error
+
+
+def test_replayed_tests_are_spread_over_functions_and_inputs():
+    from envkit.synth.pipeline import spread
+
+    ids = [f"t.py::test_a[{i}]" for i in range(20)] + ["t.py::test_b[x]", "t.py::test_b[y]", "t.py::test_c"]
+    picked = spread(ids, 6)
+    assert picked[:3] == ["t.py::test_a[0]", "t.py::test_b[x]", "t.py::test_c"]
+    assert picked[3:] == ["t.py::test_a[3]", "t.py::test_b[y]", "t.py::test_a[6]"]
+    assert sorted(spread(ids, 100)) == sorted(ids)  # all of them when there is room
+
+
+def test_a_bug_told_apart_only_by_an_objects_type_does_not_count():
+    assert calltrace.telling(5) and calltrace.telling({"exc": ["ValueError"]})
+    assert calltrace.telling({"$ref": 1, "type": "m.Duration", "repr": "Duration(days=1)"})
+    assert not calltrace.telling({"$ref": 1, "type": "m.Utc", "repr": "<m.Utc object at 0x7f3e>"})
+    assert not calltrace.telling({"$gen": 2})
+
+
+def test_the_patch_leaves_file_times_as_the_seed_had_them(minicalc: Path):
+    core = minicalc / "src" / "minicalc" / "core.py"
+    os.utime(core, (0, 0))
+    old = core.read_text()
+    patch = "".join(difflib.unified_diff(old.splitlines(True), old.replace("x > hi", "x >= hi").splitlines(True),
+                                         "a/src/minicalc/core.py", "b/src/minicalc/core.py"))
+    helper.apply_patch(str(minicalc), patch.encode())
+    assert "x >= hi" in core.read_text() and core.stat().st_mtime == 0  # which files a bug touched is not in their times
+
+
+def test_the_verifier_replays_keywords_named_like_calls_own_and_refuses_data_for_a_generator(monkeypatch):
+    verifier = _load("suite_verifier")
+    sent = []
+
+    class Session:
+        def request(self, message, **kw):
+            sent.append(message)
+            return [1, 2]
+
+    monkeypatch.setattr(verifier.envkit_check, "session", lambda: Session())
+    out, _ = verifier.invoke({"t": "pkg.f", "out": 5}, [1], {"timeout": 7, "target": "x"}, {})
+    assert sent[0]["kwargs"] == {"timeout": 7, "target": "x"} and sent[0]["target"] == "pkg.f" and out == [1, 2]
+    out, objects = verifier.invoke({"t": "pkg.gen", "out": {"$gen": 1}}, [], {}, {})
+    assert out == [1, 2] and objects == [] and not calltrace.same(out, {"$gen": 1})

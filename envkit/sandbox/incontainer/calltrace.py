@@ -14,6 +14,7 @@ A step is one of::
     {"t": "pkg.mod.func", "args": [...], "kwargs": {...}, "out": OUT}   a function, class or static method
     {"ref": N, "attr": "name", "args": [...], "kwargs": {...}, "out": OUT}   a method of an object
                                                                             an earlier step returned
+    {"ref": N, "get": "name", "out": OUT}                                  a property of such an object
 
 ``args`` and ``kwargs`` are envkit_check's encoding, with ``{"$ref": N}`` for those objects;
 ``OUT`` is the encoded value (objects as ``{"$ref": N, "type", "repr"}``), ``{"exc": [names]}``
@@ -34,7 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from envkit_check import NotData, decode, encode  # noqa: E402
 
-__all__ = ["MAX_STEPS", "Recorder", "canon", "replay", "same"]
+__all__ = ["MAX_STEPS", "Recorder", "canon", "replay", "same", "telling"]
 
 MAX_STEPS = 200  # recorded steps per test
 MAX_STEP_BYTES = 4096  # a step whose encoding is larger is not recorded
@@ -79,6 +80,12 @@ class Recorder:
     def stop(self):
         sys.settrace(None)
         self.keep, self.known, self.gens = [], {}, {}
+        # a generator's call whose first value was not recorded says nothing: the trace ends before it
+        for i, step in enumerate(self.steps):
+            out = step.get("out")
+            if type(out) is dict and "$gen" in out and not (i + 1 < len(self.steps) and self.steps[i + 1].get("ref") == out["$gen"]):
+                del self.steps[i:]
+                break
         return self.steps
 
     # refs: objects earlier steps returned (kept alive so that their ids stay theirs)
@@ -102,10 +109,12 @@ class Recorder:
 
     def _call(self, frame, event, arg):
         code = frame.f_code
-        if self.active is not None or not code.co_filename.startswith(self.pkg) or len(self.steps) >= MAX_STEPS:
+        if self.active is not None or len(self.steps) >= MAX_STEPS:
             return None
         back = frame.f_back
-        if back is None or not back.f_code.co_filename.startswith(self.tests):
+        if back is None or not self._test_code(back.f_code.co_filename):
+            return None
+        if not code.co_filename.startswith(self.pkg) and (self._test_code(code.co_filename) or not self._inherited(frame, code)):
             return None
         try:
             step, after = self._step(frame, code)
@@ -115,6 +124,16 @@ class Recorder:
             return None
         self.active = (frame, step, after, [None])
         return self._local
+
+    def _test_code(self, filename):
+        return filename.startswith(self.tests) and not filename.startswith(self.pkg)
+
+    def _inherited(self, frame, code):
+        """A method defined outside the package (e.g. MutableMapping.update) called on an object
+        the recorded calls made: it changes that object, so it is a step too."""
+        if code.co_argcount == 0 or "." not in code.co_qualname:
+            return False
+        return id(frame.f_locals.get(code.co_varnames[0])) in self.known
 
     def _step(self, frame, code):
         """The step a new call into the package makes, and what its result will be."""
@@ -132,6 +151,20 @@ class Recorder:
         values = frame.f_locals
         names = code.co_varnames
         params = list(names[: code.co_argcount + code.co_kwonlyargcount])
+        first = values.get(params[0]) if params else None
+        if not code.co_filename.startswith(self.pkg):  # an inherited method of a recorded object
+            if code.co_flags & _GENERATOR:
+                return None, None
+            name = parts[-1]
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{parts[-2].lstrip('_')}{name}"
+            raw = next((k.__dict__[name] for k in type(first).__mro__ if name in k.__dict__), None)
+            if getattr(raw, "__code__", None) is not code:
+                return None, None
+            args, kwargs = self._arguments(code, values, params[1:], raw)
+            step = {"ref": self.known[id(first)], "attr": name, "args": encode(args, self._arg_ref),
+                    "kwargs": encode(kwargs, self._arg_ref)}
+            return step, "value"
         if len(parts) == 1:
             function = frame.f_globals.get(qual)
             target, recv = f"{module}.{qual}", None
@@ -141,9 +174,15 @@ class Recorder:
                 cls = getattr(cls, p, None)
             if not isinstance(cls, type):
                 return None, None
-            raw = next((k.__dict__[parts[-1]] for k in cls.__mro__ if parts[-1] in k.__dict__), None)
+            attr = parts[-1]
+            if attr.startswith("__") and not attr.endswith("__"):  # name-mangled: _Class__name
+                attr = f"_{parts[-2].lstrip('_')}{attr}"
+            raw = next((k.__dict__[attr] for k in cls.__mro__ if attr in k.__dict__), None)
             function = getattr(raw, "__func__", raw)
-            first = values.get(params[0]) if params else None
+            if isinstance(raw, property):  # an attribute read: replayed as one
+                if raw.fget is None or raw.fget.__code__ is not code or not isinstance(first, cls):
+                    return None, None  # a setter or deleter: not replayable
+                return {"ref": self._arg_ref(first)["$ref"], "get": attr}, "value"
             if parts[-1] == "__init__":
                 if type(first) is not cls or id(first) in self.known:
                     return None, None  # a subclass's constructor, or a second __init__: not replayable as a call
@@ -159,7 +198,7 @@ class Recorder:
             else:
                 if not isinstance(first, cls):
                     return None, None
-                target, recv = None, {"ref": self._arg_ref(first)["$ref"], "attr": parts[-1]}
+                target, recv = None, {"ref": self._arg_ref(first)["$ref"], "attr": attr}
                 params = params[1:]
         if getattr(function, "__code__", None) is not code:
             function = None
@@ -266,6 +305,17 @@ def canon(out):
     return out
 
 
+def telling(out):
+    """Whether a recorded result pins the code down beyond its type: data, an exception, or an
+    object whose repr is its own (not ``<X object at 0x…>``, which any object of X has)."""
+    if type(out) is dict and "$ref" in out:
+        text = str(out.get("repr", ""))
+        return not (text.startswith("<") and _ADDRESS.search(text)) and text != "?"
+    if type(out) is dict and "$gen" in out:
+        return False
+    return True
+
+
 def same(a, b):
     return json.dumps(canon(a), sort_keys=True) == json.dumps(canon(b), sort_keys=True)
 
@@ -284,7 +334,7 @@ def replay(steps, invoke):
             return i, {"step": i, "call": _label(step), "why": "an object an earlier step should have made is missing"}
         out, objects = invoke(step, args, kwargs, refs)
         if not same(out, step["out"]):
-            return i, {"step": i, "call": _label(step), "got": _short(canon(out))}
+            return i, {"step": i, "call": _label(step), "got": _short(canon(out)), "telling": telling(step["out"])}
         expected = step["out"]
         for n, obj in zip(_refs_in(expected), objects, strict=False):
             refs[n] = obj
@@ -312,7 +362,7 @@ def _refs_in(out):
 
 
 def _label(step):
-    what = step.get("t") or f"<object {step.get('ref')}>.{step.get('attr')}"
+    what = step.get("t") or f"<object {step.get('ref')}>.{step.get('attr') or step.get('get')}"
     return str(what)[:200]
 
 
@@ -354,12 +404,17 @@ def invoke_local(step, args, kwargs, refs):
     try:
         if "t" in step:
             value = resolve(step["t"])(*args, **kwargs)
+        elif "get" in step:
+            value = getattr(refs[step["ref"]], step["get"])
         else:
             value = getattr(refs[step["ref"]], step["attr"])(*args, **kwargs)
     except BaseException as e:  # noqa: BLE001 - the code under test decides what it raises
         return {"exc": [c.__name__ for c in type(e).__mro__][:8]}, []
     if type(step.get("out")) is dict and "$gen" in step["out"]:
-        return {"$gen": 1}, [value]
+        try:
+            return encode(value), []  # data is never the generator the recording saw
+        except (NotData, RecursionError):
+            return {"$gen": 1}, [value]
     try:
         return encode(value, ref), made
     except (NotData, RecursionError):

@@ -1,7 +1,12 @@
 """Run a project's own tests and report each test's outcome as JSON (inside the sandbox).
 
-    python3 suite_runner.py run --out FILE [--ids FILE] [--trace FILE --package PATH...] -- PYTEST_ARGS...
-    python3 suite_runner.py replay --traces FILE --ids FILE --out FILE
+    python3 suite_runner.py [--path DIR] run --out FILE [--ids FILE] [--trace FILE --package PATH...] -- PYTEST_ARGS...
+    python3 suite_runner.py [--path DIR] replay --traces FILE --ids FILE --out FILE
+
+It always runs as ``python3 -S`` with PYTHONPATH unset (it starts itself again so): the site
+folders are added by it, .pth files included (an image's envkit-workspace.pth puts the project
+on the path for the agent), but no sitecustomize. ``--path DIR`` puts DIR first on the path
+(outside an image: the tests of this module).
 
 ``run`` runs pytest in this process with a plugin that records, per test id, its outcome
 (``passed``, ``failed``, ``error``, ``skipped``), its call duration and, for a failure, the
@@ -163,13 +168,26 @@ def replay(argv):
     return 0
 
 
+CLEAN_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def main(argv):
-    if os.environ.get("PYTHONHASHSEED") != "0" or os.environ.get("PYTHONDONTWRITEBYTECODE") != "1":
-        # Test ids made from sets or dicts of strings (parametrize) change from run to run with
-        # hash randomisation: one fixed seed keeps the baseline's ids the verifier's. No .pyc:
-        # a file rewritten within the same second at the same size would run its old code.
-        os.execve(sys.executable, [sys.executable, *sys.argv],
-                  {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"})
+    if not sys.flags.no_site or any(os.environ.get(k) != v for k, v in CLEAN_ENV.items()) or "PYTHONPATH" in os.environ:
+        # Run again, the same way every time: test ids made from sets or dicts of strings
+        # (parametrize) change with hash randomisation, so one fixed seed keeps the baseline's
+        # ids the verifier's; no .pyc (a file rewritten within the same second at the same size
+        # would run its old code); and no site start-up: neither PYTHONPATH nor a
+        # sitecustomize.py anywhere on the path runs before the tests (the site folders are
+        # added below, their .pth files included, so the project still imports).
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        os.execve(sys.executable, [sys.executable, "-S", *argv], {**env, **CLEAN_ENV})
+    import site
+
+    for folder in site.getsitepackages():
+        site.addsitedir(folder)
+    while argv[1:2] == ["--path"]:
+        sys.path.insert(0, os.path.abspath(argv[2]))
+        argv = [argv[0], *argv[3:]]
     if argv[1:2] == ["run"]:
         rest = argv[2:]
         i = rest.index("--") if "--" in rest else len(rest)

@@ -45,18 +45,21 @@ def fail(message):
 def invoke(step, args, kwargs, refs):
     """One recorded call, made on the agent's code through the call server."""
     try:
-        if "t" in step:
-            value = envkit_check.call(step["t"], *args, **kwargs)
+        if "t" in step:  # the request itself, not call(): a recorded keyword may be named `timeout` or `target`
+            value = envkit_check.session().request({"op": "call", "target": str(step["t"]), "args": list(args),
+                                                     "kwargs": kwargs})
         else:
             target = refs[step["ref"]]
             if type(target) is not Remote:
                 return {"exc": ["NotAnObject"]}, []
-            value = target._call(step["attr"], args, kwargs)
+            value = envkit_check.attribute(target, step["get"]) if "get" in step else target._call(step["attr"], args, kwargs)
     except AgentError as e:
         if e.kind == "exception":
             return {"exc": [e.type or "?"]}, []
         return {"exc": [f"agent_{e.kind}"]}, []
     if type(step.get("out")) is dict and "$gen" in step["out"]:
+        if type(value) is not Remote:  # data is never the generator the recording saw
+            return _encoded(value), []
         return {"$gen": 1}, [value]
     return _encoded(value), _remotes(value)
 
@@ -129,7 +132,9 @@ def run_suite(suite, root, ids, timeout):
             files[rel] = data.decode()
         except UnicodeDecodeError:
             files[rel] = data
-    argv = ["python3", os.path.join(HERE, "suite_runner.py"), "run", "--out", "-", "--ids", "envkit-ids.txt", "--",
+    # -I -S: PYTHONPATH (/workspace), the user site and sitecustomize off from the first process on
+    # (suite_runner.py starts itself again with -S and adds the site folders itself)
+    argv = ["python3", "-I", "-S", os.path.join(HERE, "suite_runner.py"), "run", "--out", "-", "--ids", "envkit-ids.txt", "--",
             *suite.get("pytest_args", [])]
     try:
         done = envkit_check.run(argv, files=files, timeout=timeout)
