@@ -394,14 +394,17 @@ def _env_name(project: Project) -> tuple[str, str]:
 
 def _spec(name: str, version: str, project: Project, source: Source, files: list[str], verifier_timeout: float,
           count: int) -> str:
-    return f'''# Synthesized by `envkit synth {source.spec}` (envkit {__version__}): provenance.json says how.
+    description = json.dumps(f"{project.name} {project.version} ({source.kind}, {source.digest[:19]}): {count} bugs made on "
+                             "its code, verified by its own tests")
+    command = " ".join(source.spec.split())
+    return f'''# Synthesized by `envkit synth {command}` (envkit {__version__}): provenance.json says how.
 spec_version = 1
 
 [environment]
 name = "{name}"
 version = "{version}"
 kind = "repo"
-description = "{project.name} {project.version} ({source.kind}, {source.digest[:19]}): {count} bugs made on its code, verified by its own tests"
+description = {description}
 
 [image]
 base = "envkit/base"
@@ -409,7 +412,7 @@ files = {json.dumps(files)}
 python_lock = "python.lock"
 
 [state]
-repo = {{ path = "repo", python_path = "{project.python_path}" }}
+repo = {{ path = "repo", python_path = {json.dumps(project.python_path)} }}
 
 [tasks]
 file = "tasks.jsonl"
