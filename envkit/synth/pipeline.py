@@ -51,7 +51,7 @@ BASELINE_RUNS = 3
 MIN_PASSING = 0.8
 MAX_SUITE_S = 60.0
 MAX_F2P_STORED = 12
-MAX_TRACE_BYTES = 6000  # a test's recorded calls kept (a prefix): what a task stores stays small
+MAX_TRACE_BYTES = 3000  # a test's recorded calls kept (a prefix): what a task stores stays small
 CANDIDATES_PER_TASK = 3
 SUITE = "/tmp/envkit-suite"
 RUNNER = "/opt/envkit/suite_runner.py"
@@ -505,19 +505,9 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         boxes = Boxes([SuiteBox(s, project) for s in sandboxes])
         stable_list, figures = baseline(boxes, project, progress)
         stable = set(stable_list)
-        cap_s = max(10.0, 3 * max(figures["runs_s"]) + 5)
+        cap_s = max(5.0, 4 * max(figures["runs_s"]) + 2)
         timings["baseline_s"] = round(time.monotonic() - t, 2)
-
-        # candidates: one suite run each
-        t = time.monotonic()
-        all_sites = mutate.sites(project.root, project.source_files())
-        chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
-        cands = [Candidate(sites) for sites in chosen]
-        for c in cands:
-            c.mutation = mutate.apply(project.root, c.sites)
-            if c.mutation is None:
-                c.drop = "the change does not make a different, valid module"
-        todo = [c for c in cands if c.drop is None]
+        chunk = 4 * jobs
         done = [0]
 
         def tick(stage: str, total: int) -> Callable[[], None]:
@@ -525,24 +515,51 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                 done[0] += 1
                 progress(stage, done[0], total)
             return f
-        boxes.map(lambda box, c: check(box, c, stable, cap_s), todo, tick("candidates", len(todo)))
+
+        # candidates: one suite run each, in their seeded order, until twice the tasks asked for
+        # passed (confirmation keeps 60-90% of them); the rest are not tried
+        t = time.monotonic()
+        all_sites = mutate.sites(project.root, project.source_files())
+        chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
+        queue_ = [Candidate(sites) for sites in chosen]
+        cands: list[Candidate] = []
         seen: set[tuple[str, ...]] = set()
-        for c in todo:
-            if c.drop is None:
-                key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
-                if key in seen:
-                    c.drop = "duplicate (same function, same failing tests)"
-                seen.add(key)
+        checked: list[Candidate] = []
+        while queue_ and sum(c.drop is None for c in checked) < 2 * max_tasks:
+            batch, queue_ = queue_[:chunk], queue_[chunk:]
+            cands += batch
+            for c in batch:
+                c.mutation = mutate.apply(project.root, c.sites)
+                if c.mutation is None:
+                    c.drop = "the change does not make a different, valid module"
+            todo = [c for c in batch if c.drop is None]
+            boxes.map(lambda box, c: check(box, c, stable, cap_s), todo, tick("candidates", len(chosen)))
+            for c in todo:
+                if c.drop is None:
+                    key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
+                    if key in seen:
+                        c.drop = "duplicate (same function, same failing tests)"
+                    seen.add(key)
+            checked += todo
+        untried = len(queue_)
         timings["candidates_s"] = round(time.monotonic() - t, 2)
 
-        # traces of the failing tests, then confirmation of each survivor
+        # traces of the failing tests, then confirmation, in the order tasks are chosen (round-robin
+        # over families), until there are enough
         t = time.monotonic()
-        survivors = [c for c in todo if c.drop is None]
+        survivors = select([c for c in checked if c.drop is None], len(checked))
         wanted = sorted({test for c in survivors for test in spread(c.fail_to_pass, MAX_F2P_STORED * 2)})
         traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
         done[0] = 0
-        boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors, tick("confirm", len(survivors)))
-        kept = [c for c in survivors if c.drop is None]
+        kept: list[Candidate] = []
+        unconfirmed = list(survivors)
+        while unconfirmed and len(kept) < max_tasks:
+            batch, unconfirmed = unconfirmed[:chunk], unconfirmed[chunk:]
+            boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), batch, tick("confirm", len(survivors)))
+            kept += [c for c in batch if c.drop is None]
+        not_confirmed = len(unconfirmed)  # checked, but enough were confirmed before them: left out of the yields
+        unconfirmed_ids = {id(c) for c in unconfirmed}
+        cands = [c for c in cands if id(c) not in unconfirmed_ids]
         extra = combos(kept, seed, max(1, max_tasks // 8))
         for c in extra:
             c.mutation = mutate.apply(project.root, c.sites)
@@ -550,7 +567,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                 c.drop = "the change does not make a different, valid module"
         extra_todo = [c for c in extra if c.drop is None]
         done[0] = 0
-        boxes.map(lambda box, c: check(box, c, stable, cap_s) if c.drop is None else c, extra_todo, tick("combos", len(extra_todo)))
+        boxes.map(lambda box, c: check(box, c, stable, cap_s), extra_todo, tick("combos", len(extra_todo) * 2))
         extra_ok = [c for c in extra_todo if c.drop is None]
         boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
         cands += extra
@@ -632,7 +649,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         "layout": {"python_path": project.python_path, "packages": project.packages, "test_dirs": project.test_dirs},
         "config_changes": config_changes, "requirements": project.requirements,
         "baseline": {k: v for k, v in figures.items() if k != "durations"},
-        "candidates": {"sites": len(all_sites), "tried": len(cands), "kept": len(kept), "tasks": len(tasks),
+        "candidates": {"sites": len(all_sites), "tried": len(cands), "untried": untried,
+                       "checked_not_confirmed": not_confirmed, "kept": len(kept), "tasks": len(tasks),
                        "dropped": dict(drops.most_common()), "by_family": by_family},
         "traces": {"tests": len(traces), "stored": len(used), "cut": cut},
         "writer": dict(rewrites) if writer else None,
