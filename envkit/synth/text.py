@@ -38,6 +38,9 @@ def instruction(*, project: str, package_dir: str, test_cmd: str, failing: list[
         lines.append(f"- `{test}`" + (f": {first}" if first else ""))
     if total > len(shown):
         lines.append(f"- and {total - len(shown)} more")
+    if any("#" in test for test, _ in shown):
+        lines.append("(`#` in a test's id stands for the number pytest gives a parameter it cannot name, which can "
+                     "change from run to run; `pytest --collect-only -q` lists the ids.)")
     lines.append("")
     lines.append(f"Fix the library's code (under `{package_dir}`); the tests are right and must not be changed. Every "
                  f"other test must keep passing. The project is in /workspace (a git repository); run its tests with "
