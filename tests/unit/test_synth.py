@@ -439,3 +439,14 @@ def test_the_verifier_replays_keywords_named_like_calls_own_and_refuses_data_for
     assert sent[0]["kwargs"] == {"timeout": 7, "target": "x"} and sent[0]["target"] == "pkg.f" and out == [1, 2]
     out, objects = verifier.invoke({"t": "pkg.gen", "out": {"$gen": 1}}, [], {}, {})
     assert out == [1, 2] and objects == [] and not calltrace.same(out, {"$gen": 1})
+
+
+def test_every_file_of_the_bundled_environments_is_in_git():
+    """A project's own .gitignore (isodate's ignores its generated version.py) must not drop a file
+    from a bundled environment: a clean clone would hold a project that does not import."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "environments"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    left_out = [p for p in proc.stdout.splitlines() if not p.endswith(("envkit.lock", ".pyc")) and "__pycache__" not in p]
+    assert left_out == [], f"ignored by git, so missing from a clone (git add -f them): {left_out}"
