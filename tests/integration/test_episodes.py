@@ -174,10 +174,12 @@ def test_reset_restores_state_exactly(pyfix_runtime):
 
 @pytest.mark.slow
 def test_validate_pyfix_via_cli(pyfix_runtime):
-    proc = envkit("validate", "environments/pyfix", "--json")
+    # a seeded 6 of the 13 tasks (the suite's time budget): every task's oracle and null agent run in
+    # the Harbor round trip (tests/integration/test_harbor.py), and scripts/demo.sh validates all 13
+    proc = envkit("validate", "environments/pyfix", "--sample", "6", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     report = json.loads(proc.stdout)
-    assert report["ok"] and len(report["tasks"]) >= 12
+    assert report["ok"] and len(report["tasks"]) == 6
     assert all(t["oracle_reward"] == 1.0 and t["null_reward"] == 0.0 for t in report["tasks"])
     det = report["determinism"]
     assert det["ok"] and len(det["hashes"]) == 2 and det["hashes"][0] == det["hashes"][1]
