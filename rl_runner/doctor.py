@@ -14,6 +14,12 @@ against stated thresholds.
   ok ≤ 1% for every version, warn ≤ 5%, fail above.
 * **weight publication**: publication time p50/max; every probe token reports the version just
   published. ok every step; warn when a step served another version; fail when a round trip failed.
+* **learning signal**: whether the run could learn, step by step: the share of GRPO groups
+  whose rewards differ (only those have an advantage), the share of episodes whose actions
+  parsed, the sampled tokens' entropy, and whether the reward moved. fail: the last
+  ``STALL_STEPS`` steps had no group with a signal (no gradient, so no way back), with the likely
+  cause named; warn: the last steps had none, fewer than a quarter of the groups had one, the
+  actions stopped parsing, or the reward did not move; ok otherwise.
 * **evaluation precision**: 95% CI half-width of the final eval reward at its sample size.
   ok ≤ 0.05, warn ≤ 0.10, fail above.
 
@@ -22,6 +28,7 @@ Each check is a function of numbers (``grade_*``), so its thresholds are pinned 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +38,7 @@ from rl_runner.metrics import StepRecord
 from rl_runner.report import load_run
 
 __all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval", "grade_freshness",
-           "grade_publication", "grade_reliability", "run_checks"]
+           "grade_publication", "grade_reliability", "grade_signal", "run_checks", "signal_cause"]
 
 SYNC_KL_BOUND = 0.05
 
@@ -49,6 +56,17 @@ class Check:
 
 def _fmt(x: float | None, spec: str = ".3g") -> str:
     return "–" if x is None else format(x, spec)
+
+
+def _steps(steps: list[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``"1-3, 7"``; "none" for none."""
+    runs: list[list[int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs) or "none"
 
 
 def grade(value: float | None, ok: float, warn: float) -> str:
@@ -87,6 +105,55 @@ def grade_publication(round_trips: list[bool], served_ok: bool) -> str:
 
 def grade_eval(half_width: float | None) -> str:
     return grade(half_width, 0.05, 0.10)
+
+
+STALL_STEPS = 5  # steps in a row without a gradient that fail a run
+
+
+def signal_cause(rewards: Sequence[float | None], valid: Sequence[float | None], entropy: Sequence[float | None]) -> str:
+    """Why steps had no group with differing rewards, from those steps' figures (and the first
+    step's parse share): the likeliest cause first, with what to change."""
+    r = [x for x in rewards if x is not None]
+    v = [x for x in valid if x is not None]
+    e = [x for x in entropy if x is not None]
+    if v and min(v[-3:]) < 0.5:
+        return ("the model's actions stopped parsing (format collapse): the updates broke the tool-call format; "
+                "lower trainer.lr or raise trainer.kl_coef")
+    if r and max(r) == 0.0:
+        return ("no episode was rewarded: the policy never reaches the reward (warm the model up further or "
+                "give it an easier task; check the environment with `envkit validate`)")
+    if r and min(r) == 1.0:
+        return "every episode was rewarded: nothing is left to learn on these tasks"
+    if e and e[-1] < 0.05:
+        return f"the policy is near-deterministic (entropy {e[-1]:.3f} per token): raise sampling.temperature"
+    return "each group's episodes scored alike: raise group_size for this success rate"
+
+
+def grade_signal(with_signal: list[float | None], rewards: list[float | None], valid: list[float | None],
+                 entropy: list[float | None]) -> tuple[str, str]:
+    """(status, cause) from per-step figures: ``with_signal`` the share of a step's groups whose
+    rewards differ, ``rewards`` its mean reward, ``valid`` its share of parsed actions,
+    ``entropy`` its sampled tokens' mean -log p. See the module docstring for the thresholds."""
+    steps = [i for i, x in enumerate(with_signal) if x is not None]
+    if not steps:
+        return "n/a", ""
+    stall = 0
+    for i in reversed(steps):
+        if with_signal[i]:
+            break
+        stall += 1
+    window = steps[-max(stall, 1):] if stall else steps
+    cause = signal_cause([rewards[i] for i in window], [valid[i] for i in window], [entropy[i] for i in window])
+    if stall >= STALL_STEPS:
+        return "fail", cause
+    share = sum(float(with_signal[i] or 0.0) for i in steps) / len(steps)
+    r = [x for x in rewards if x is not None]
+    v = [x for x in valid if x is not None]
+    moved = len(r) < 6 or abs(sum(r[-3:]) / 3 - sum(r[:3]) / 3) >= 0.02
+    if stall >= 2 or share < 0.25 or (v and v[-1] < 0.8) or not moved:
+        return "warn", cause if (stall or share < 0.25) else (
+            signal_cause(r[-3:], v[-3:], entropy[-3:]) if not moved else "the share of parsed actions fell below 0.8")
+    return "ok", ""
 
 
 def environment_reliability(metrics: list[StepRecord]) -> dict[str, tuple[int, int]]:
@@ -141,6 +208,26 @@ def run_checks(run_dir: Path) -> list[Check]:
     checks.append(Check("weight publication", f"{_fmt(percentile(pub, 50) if pub else None)} s p50, {_fmt(max(pub) if pub else None)} s max; "
                         f"version round trip {sum(trips)}/{len(trips)} steps" + ("" if served else "; served version differed"),
                         "round trip ok every step", grade_publication(trips, served)))
+
+    sig = [m.signal for m in metrics]
+    shares = [x.groups_with_signal / x.groups if x.groups and x.groups_with_signal is not None else
+              (0.0 if x.groups == 0 else None) for x in sig]
+    rewards = [m.reward.mean for m in metrics]
+    status, cause = grade_signal(shares, rewards, [x.valid_actions for x in sig], [x.entropy for x in sig])
+    known = [i for i, x in enumerate(shares) if x is not None]
+    if known:
+        total = sum(sig[i].groups or 0 for i in known)
+        with_s = sum(sig[i].groups_with_signal or 0 for i in known)
+        none = [metrics[i].step for i in known if not shares[i]]
+        first, last = known[0], known[-1]
+        text = (f"{with_s}/{total} groups with a signal ({with_s / max(1, total):.0%}); steps without one: "
+                f"{_steps(none)}; reward {_fmt(rewards[first])} → {_fmt(rewards[last])}; actions parsed "
+                f"{_fmt(sig[first].valid_actions, '.0%')} → {_fmt(sig[last].valid_actions, '.0%')}; entropy "
+                f"{_fmt(sig[first].entropy)} → {_fmt(sig[last].entropy)} per token" + (f". Likely cause: {cause}" if cause else ""))
+    else:
+        text = "not recorded (a run written before envkit recorded it)"
+    checks.append(Check("learning signal", text, f"a signal in the last {STALL_STEPS} steps (fail), in ≥ 25% of groups, "
+                        "actions parsed ≥ 80%, reward moving", status))
 
     if ev and ev.get("half_width") is not None:
         hw = float(ev["half_width"])

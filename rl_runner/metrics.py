@@ -23,7 +23,7 @@ from typing import Any
 from envkit.bench import percentile
 
 __all__ = ["BatchStats", "Distribution", "Divergence", "EnvVersionFailures", "Failures", "MetricsLog", "Mismatch", "Publish",
-           "Reward", "Staleness", "StepRecord", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
+           "Reward", "Signal", "Staleness", "StepRecord", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
            "read_metrics"]
 
 
@@ -146,6 +146,19 @@ class TrainStats:
 
 
 @dataclass
+class Signal:
+    """``signal``: whether the step could teach anything. GRPO learns only from a group whose
+    rewards differ; ``valid_actions`` is the share of episodes whose every action parsed;
+    ``entropy`` the mean of ``-log p`` over the sampled model tokens (the sampling policy's
+    per-token entropy, estimated from its own samples)."""
+
+    groups: int | None = None  # groups with two or more usable episodes
+    groups_with_signal: int | None = None  # of those, groups whose rewards are not all equal
+    valid_actions: float | None = None
+    entropy: float | None = None
+
+
+@dataclass
 class Publish:
     """``publish``: :class:`rl_runner.publish.PublishResult`."""
 
@@ -195,6 +208,7 @@ class StepRecord:
     mismatch: Mismatch = field(default_factory=Mismatch)
     mismatch_batch: Divergence = field(default_factory=Divergence)
     train: TrainStats = field(default_factory=TrainStats)
+    signal: Signal = field(default_factory=Signal)
     publish: Publish = field(default_factory=Publish)
     throughput: Throughput = field(default_factory=Throughput)
 

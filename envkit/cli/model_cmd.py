@@ -49,4 +49,7 @@ def tiny(
         return
     console.print(f"wrote a tiny Qwen2 model to {folder}: {info['parameters']} parameters, vocab {info['vocab_size']}, "
                   f"head dim {info['head_dim']}, {template} template" + (", tied embeddings" if tie_embeddings else "")
-                  + (f", {warmup} warm-up loss {info['warmup_loss']:.3f}" if warmup_steps else ""))
+                  + (f", {warmup} warm-up: held-out loss {info['warmup_loss']:.3f} (kept the weights of step "
+                     f"{info['warmup_best_step']} of {warmup_steps})" if warmup_steps else "")
+                  + (f", copies {info['warmup_answer_copied']:.0%} of the 20 code words after `./lookup code`"
+                     if info.get("warmup_answer_copied") is not None else ""))

@@ -96,6 +96,8 @@ def register(app: typer.Typer) -> None:
 
         r = load_recipe(recipe, [*(overrides or []), *([f"resume={resume}"] if resume is not None else [])])
 
+        quiet: list[StepRecord] = []  # the steps in a row without a learning signal, so far
+
         def on_step(m: StepRecord) -> None:
             if as_json:
                 return
@@ -106,6 +108,18 @@ def register(app: typer.Typer) -> None:
                           f"train {_fmt(m.train.train_s)} s  publish {(m.publish.total_s or 0) * 1000:.0f} ms  "
                           f"staleness KL p90 {_fmt(st.kl.p90)} (lag {','.join(st.lag) or '-'}, refused {st.rejected})  "
                           f"mismatch KL {_fmt(m.mismatch.kl)}  infra {m.failures.infra or 0:.0%}")
+            sig = m.signal
+            if sig.groups is not None and not sig.groups_with_signal:
+                quiet.append(m)
+                from rl_runner.doctor import STALL_STEPS, signal_cause
+
+                cause = signal_cause([x.reward.mean for x in quiet], [x.signal.valid_actions for x in quiet],
+                                     [x.signal.entropy for x in quiet])
+                console.print(f"[yellow]step {m.step}: no learning signal ({len(quiet)} step(s) in a row: every group's "
+                              f"rewards equal, so no gradient; the doctor fails a run at {STALL_STEPS}). Likely cause: "
+                              f"{cause}[/]")
+            else:
+                quiet.clear()
 
         run = train(r, on_step=on_step, say=(lambda _m: None) if as_json else console.print)
         summary = write_report(run.run_dir)
@@ -140,7 +154,7 @@ def register(app: typer.Typer) -> None:
         run_dir: Path = typer.Argument(..., help="A run folder written by `envkit train`."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     ) -> None:
-        """The six readiness checks before scaling, measured from a run."""
+        """The readiness checks before scaling (and whether the run could learn), measured from a run."""
         if as_json:
             from rl_runner.doctor import run_checks
 

@@ -26,6 +26,7 @@ model's own chat format, for one of two toy environments:
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,10 +113,8 @@ def _shellcmd_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], 
     return conv.prompt_ids + reply, [0] * len(conv.prompt_ids) + [1] * len(reply)
 
 
-def _lookup_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], list[int]]:
-    conv = fmt.start(rng.choice(_LOOKUP_REQUESTS), ["bash"])
-    key = rng.choice(LOOKUP_KEYS)
-    shown = rng.choice(CODE_WORDS if key == "code" else OTHER_WORDS)
+def _lookup_dialogue(fmt: ChatFormat, request: str, key: str, shown: str) -> tuple[list[int], list[int]]:
+    conv = fmt.start(request, ["bash"])
     call = fmt.encode(fmt.format_call("bash", {"command": f"./lookup {key}"})) + [fmt.stop_ids[0]]
     observation = conv.observe(call, f"exit 0\n{shown}\n")  # as the runner shows the bash result
     answer = fmt.encode(fmt.format_call("answer", {"text": shown})) + [fmt.stop_ids[0]]
@@ -124,40 +123,113 @@ def _lookup_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], li
     return ids, mask
 
 
+def _lookup_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], list[int]]:
+    # The word shown is any of the 40, whatever the key: in the environment only `code` (1 in 16
+    # lookups) shows a code word, and a warm-up that showed them only there copied the other words
+    # (118 of 125 rollouts) but answered `./lookup code` with some other code word (0 of 6)
+    request, key, shown = rng.choice(_LOOKUP_REQUESTS), rng.choice(LOOKUP_KEYS), rng.choice(CODE_WORDS + OTHER_WORDS)
+    return _lookup_dialogue(fmt, request, key, shown)
+
+
 WARMUP_LR = {"shellcmd": 1e-3, "lookup": 1.5e-3}  # shellcmd: 3e-3 left P(any listed command) at 0.09; lookup: see docs/train.md
+# lookup: the rate decays to 0 over the steps (half a cosine) with gradients clipped at norm 1; at a
+# constant 1.5e-3 the held-out loss jumped between steps 1000 and 1250 (seed 0) and the copy was lost
+WARMUP_DECAY = {"shellcmd": False, "lookup": True}
+
+
+def _batch_tensors(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """Padded input ids, labels (-100 where the mask is 0) and attention mask for a batch of examples."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    ids_t = torch.full((len(rows), width), pad, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (ids, mask) in enumerate(rows):
+        ids_t[i, :len(ids)] = torch.tensor(ids)
+        labels[i, :len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask, strict=True)])
+        attention[i, :len(ids)] = 1
+    return ids_t, labels, attention
+
+
+def _answer_copied(model: Any, fmt: ChatFormat) -> float:
+    """Lookup warm-up: the share of the 20 code words the model copies after ``./lookup code``
+    showed them (greedy, teacher-forced: every token of the answer turn predicted), the one skill
+    RL cannot teach on this environment (a reward needs it already)."""
+    import torch
+
+    hits = 0
+    with torch.no_grad():
+        for word in CODE_WORDS:
+            ids, mask = _lookup_dialogue(fmt, _LOOKUP_REQUESTS[0], "code", word)
+            start = max(i for i, m in enumerate(mask) if m == 0) + 1
+            predicted = model(input_ids=torch.tensor([ids])).logits[0, start - 1:-1].argmax(-1)
+            hits += int(predicted.tolist() == ids[start:])
+    return hits / len(CODE_WORDS)
 
 
 def warm_up(model: Any, tokenizer: Any, steps: int, *, task: str = "shellcmd", seed: int = 0, batch: int = 16,
-            lr: float | None = None) -> float:
-    """Supervised warm-up (see the module docstring) on the model's own chat format; returns
-    the last batch's loss."""
+            lr: float | None = None, check_every: int = 250, held_out: int = 64) -> dict[str, Any]:
+    """Supervised warm-up (see the module docstring) on the model's own chat format.
+
+    Every ``check_every`` steps (and at the end) the loss on ``held_out`` examples drawn apart from
+    the training ones is measured, and the weights with the lowest one are what the model keeps:
+    at a constant learning rate the loss can jump late and take a learnt skill with it (lookup,
+    seed 0, lr 1.5e-3: the answer copied the observation in 61 of 64 held-out examples at step
+    1000 and in 4 at step 1250, loss 0.07 -> 0.14), so the number of steps alone does not decide
+    what the model can do. Returns ``{"loss"`` (the kept weights' held-out loss), ``"train_loss"``
+    (the last batch's), ``"best_step"``, ``"checks"`` ([step, held-out loss] each) and, for
+    lookup, ``"answer_copied"`` (see :func:`_answer_copied`)``}``."""
     import torch
 
     lr = lr or WARMUP_LR[task]
     rng = random.Random(seed)
     fmt = ChatFormat(tokenizer)
     make = _lookup_examples if task == "lookup" else _shellcmd_examples
+    held_rng = random.Random(f"held-out {seed}")  # its own stream: the training examples are those of rng alone
+    held = [make(fmt, held_rng) for _ in range(held_out)]
     pad = int(tokenizer.pad_token_id)
+    held_batch = _batch_tensors(held, pad)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    decay = WARMUP_DECAY[task]
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 0.5 * (1 + math.cos(math.pi * i / steps))) if decay else None
+    best: tuple[float, int, dict[str, Any]] | None = None
+    checks: list[list[float]] = []
+    train_loss = float("nan")
+
+    def check(step: int) -> None:
+        nonlocal best
+        model.eval()
+        with torch.no_grad():
+            ids_t, labels, attention = held_batch
+            value = float(model(input_ids=ids_t, attention_mask=attention, labels=labels).loss.item())
+        model.train()
+        checks.append([step, round(value, 4)])
+        if best is None or value < best[0]:
+            best = (value, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
     model.train()
-    loss_value = float("nan")
-    for _ in range(steps):
-        rows = [make(fmt, rng) for _ in range(batch)]
-        width = max(len(ids) for ids, _ in rows)
-        ids_t = torch.full((batch, width), pad, dtype=torch.long)
-        labels = torch.full((batch, width), -100, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for i, (ids, mask) in enumerate(rows):
-            ids_t[i, :len(ids)] = torch.tensor(ids)
-            labels[i, :len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask, strict=True)])
-            attention[i, :len(ids)] = 1
+    for step in range(1, steps + 1):
+        ids_t, labels, attention = _batch_tensors([make(fmt, rng) for _ in range(batch)], pad)
         loss = model(input_ids=ids_t, attention_mask=attention, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
+        if decay:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        loss_value = float(loss.item())
+        if schedule is not None:
+            schedule.step()
+        train_loss = float(loss.item())
+        if step % check_every == 0 or step == steps:
+            check(step)
     model.eval()
-    return loss_value
+    out: dict[str, Any] = {"train_loss": train_loss, "checks": checks}
+    if best is not None:
+        model.load_state_dict(best[2])
+        out.update(loss=best[0], best_step=best[1])
+    if task == "lookup":
+        out["answer_copied"] = _answer_copied(model, fmt)
+    return out
 
 
 def write_tiny_model(out_dir: str | Path, spec: TinySpec | None = None, *, warmup_steps: int = 0,
@@ -182,10 +254,12 @@ def write_tiny_model(out_dir: str | Path, spec: TinySpec | None = None, *, warmu
     )
     torch.manual_seed(spec.seed)
     model = Qwen2ForCausalLM(config)
-    warmup_loss = warm_up(model, tokenizer, warmup_steps, task=warmup, seed=spec.seed) if warmup_steps else None
+    warmed = warm_up(model, tokenizer, warmup_steps, task=warmup, seed=spec.seed) if warmup_steps else {}
     model.save_pretrained(out, safe_serialization=True)
     info = {"spec": asdict(spec), "warmup_steps": warmup_steps, "warmup": warmup if warmup_steps else None,
-            "warmup_loss": warmup_loss, "vocab_size": len(tokenizer),
+            "warmup_loss": warmed.get("loss"), "warmup_best_step": warmed.get("best_step"),
+            "warmup_checks": warmed.get("checks"), "warmup_answer_copied": warmed.get("answer_copied"),
+            "vocab_size": len(tokenizer),
             "parameters": sum(p.numel() for p in model.parameters()),
             "head_dim": spec.hidden_size // spec.num_attention_heads}
     (out / "envkit-tiny.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

@@ -55,6 +55,7 @@ from rl_runner.metrics import (
     Mismatch,
     Publish,
     Reward,
+    Signal,
     Staleness,
     StepRecord,
     Throughput,
@@ -314,6 +315,24 @@ class Refused:
                                outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=kl_max)
 
 
+UNPARSEABLE = "model_failure:unparseable_action"
+
+
+def learning_signal(trajs: list[Trajectory], usable: list[Trajectory]) -> Signal:
+    """The step's :class:`~rl_runner.metrics.Signal`: groups of two or more usable episodes and
+    how many of them have rewards that differ, the share of episodes whose actions parsed, and
+    the sampled tokens' mean ``-log p``."""
+    rewards: dict[str, list[float]] = {}
+    for tr in usable:
+        rewards.setdefault(str(tr.group_id), []).append(float(tr.reward))  # type: ignore[arg-type]
+    groups = [r for r in rewards.values() if len(r) >= 2]
+    scored = [tr for tr in trajs if not tr.excluded]
+    nlp = [-float(lp) for tr in usable for lp, m in zip(tr.logprobs, tr.loss_mask, strict=False) if m]
+    return Signal(groups=len(groups), groups_with_signal=sum(1 for r in groups if max(r) != min(r)),
+                  valid_actions=round(sum(tr.outcome != UNPARSEABLE for tr in scored) / len(scored), 4) if scored else None,
+                  entropy=round(sum(nlp) / len(nlp), 4) if nlp else None)
+
+
 def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, step_s: float, trajs: list[Trajectory],
                 usable: list[Trajectory], env_refs: list[str], batch: BatchStats, trainable: int, refused: Refused,
                 div: list[dict[str, float]], lags: list[int], admitted: list[bool], mismatch: Mismatch,
@@ -340,7 +359,8 @@ def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s
         staleness=Staleness(kl=distribution([d["kl"] for d in div]), lag={str(k): v for k, v in sorted(Counter(lags).items())},
                             admitted=sum(admitted), rejected=len(admitted) - sum(admitted) + refused.samples,
                             kl_max=recipe.async_.kl_max if recipe.mode == "async" else None),
-        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), publish=Publish(**publish.to_dict()),
+        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), signal=learning_signal(trajs, usable),
+        publish=Publish(**publish.to_dict()),
         throughput=throughput)
 
 

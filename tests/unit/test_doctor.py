@@ -17,6 +17,7 @@ from rl_runner.doctor import (
     grade_freshness,
     grade_publication,
     grade_reliability,
+    grade_signal,
     run_checks,
 )
 from rl_runner.metrics import StepRecord
@@ -74,3 +75,50 @@ def test_reliability_counts_first_attempts_that_a_retry_saved(tmp_path: Path):
 def test_reliability_reads_runs_written_before_first_attempts_were_counted():
     old = _metrics([{"e 1": {"episodes": 200, "infra_failures": 1, "retries": 4}}])
     assert environment_reliability(old) == {"e 1": (200, 1)}
+
+
+def _signal_run(tmp_path: Path, steps: list[tuple[int, float, float, float]]) -> list[StepRecord]:
+    """(groups with a signal of 8, mean reward, share of parsed actions, entropy) per step."""
+    metrics = _metrics([{}] * len(steps))
+    for m, (with_signal, reward, valid, entropy) in zip(metrics, steps, strict=True):
+        m.signal.groups, m.signal.groups_with_signal, m.signal.valid_actions, m.signal.entropy = 8, with_signal, valid, entropy
+        m.reward.mean = reward
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m.to_dict()) + "\n" for m in metrics))
+    return metrics
+
+
+def test_learning_signal_fails_a_run_without_a_gradient_and_names_the_cause(tmp_path: Path):
+    # the collapse issue 31 describes: 0.031 at step 1, then every group all 0
+    _signal_run(tmp_path, [(2, 0.031, 1.0, 0.6)] + [(0, 0.0, 1.0, 0.5)] * 5)
+    check = next(c for c in run_checks(tmp_path) if c.name == "learning signal")
+    assert check.status == "fail", check
+    assert "steps without one: 2-6" in check.measured and "no episode was rewarded" in check.measured, check.measured
+    assert "2/48 groups" in check.measured
+
+
+def test_learning_signal_causes():
+    quiet = [0.0] * 5
+    assert grade_signal(quiet, [0.1] * 5, [0.9, 0.6, 0.4, 0.2, 0.1], [0.5] * 5) == ("fail", grade_signal(
+        quiet, [0.1] * 5, [0.1] * 5, [0.5] * 5)[1])
+    assert "stopped parsing" in grade_signal(quiet, [0.1] * 5, [0.9, 0.6, 0.4, 0.2, 0.1], [0.5] * 5)[1]
+    assert "nothing is left to learn" in grade_signal(quiet, [1.0] * 5, [1.0] * 5, [0.5] * 5)[1]
+    assert "near-deterministic" in grade_signal(quiet, [0.5] * 5, [1.0] * 5, [0.01] * 5)[1]
+    assert "group_size" in grade_signal(quiet, [0.5] * 5, [1.0] * 5, [0.5] * 5)[1]
+
+
+def test_learning_signal_thresholds():
+    rising = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+    assert grade_signal([], [], [], []) == ("n/a", "")
+    assert grade_signal([0.5] * 6, rising, [1.0] * 6, [0.5] * 6) == ("ok", "")
+    assert grade_signal([0.5] * 4 + [0.0] * 2, rising, [1.0] * 6, [0.5] * 6)[0] == "warn"  # 2 quiet steps at the end
+    assert grade_signal([0.5] * 5 + [0.0], rising, [1.0] * 6, [0.5] * 6)[0] == "ok"  # one is noise
+    assert grade_signal([0.2] * 6, rising, [1.0] * 6, [0.5] * 6)[0] == "warn"  # < 25% of groups
+    assert grade_signal([0.5] * 6, rising, [1.0] * 5 + [0.7], [0.5] * 6)[0] == "warn"  # actions stopped parsing
+    flat = grade_signal([0.5] * 6, [0.3] * 6, [1.0] * 6, [0.5] * 6)
+    assert flat[0] == "warn" and "group_size" in flat[1]  # the reward did not move
+
+
+def test_learning_signal_reads_runs_written_before_it_was_recorded(tmp_path: Path):
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m.to_dict()) + "\n" for m in _metrics([{}] * 3)))
+    check = next(c for c in run_checks(tmp_path) if c.name == "learning signal")
+    assert check.status == "n/a" and "not recorded" in check.measured

@@ -17,6 +17,7 @@ from rl_runner.metrics import (
     BatchStats,
     EnvVersionFailures,
     Mismatch,
+    Signal,
     StepRecord,
     Throughput,
     TrajectoryTimes,
@@ -70,12 +71,14 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
         assert out.pop("throughput") == asdict(Throughput())  # fields added since: empty for an older run
         assert out["train"].pop("updated") is None
         assert out["train"].pop("kl_ref") is None
+        assert out.pop("signal") == asdict(Signal())
         assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
     again = StepRecord.from_dict(old).to_dict()
     again.pop("throughput")
     again["train"].pop("updated")
     again["train"].pop("kl_ref")
+    again.pop("signal")
     assert again["mismatch"] == {}
     old["failures"]["by_env_version"][ENV]["first_attempt_failures"] = None  # the one field it lacked, now written
     assert again == old
@@ -93,7 +96,7 @@ def test_a_missing_field_reads_as_none_and_report_and_doctor_still_run(tmp_path:
     assert summary["ttb_s_p50"] is None and summary["mismatch_kl_range"] is None and summary["infra_failure_rate"] is None
     assert environment_reliability([r]) == {"e 1": (5, 0)}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(line) + "\n")
-    assert [c.status for c in run_checks(tmp_path)] == ["ok", "n/a", "n/a", "ok", "n/a", "n/a"]
+    assert [c.status for c in run_checks(tmp_path)] == ["ok", "n/a", "n/a", "ok", "n/a", "n/a", "n/a"]
 
 
 def test_report_and_doctor_find_the_numbers_they_found_before(tmp_path: Path) -> None:
@@ -119,6 +122,7 @@ def test_report_and_doctor_find_the_numbers_they_found_before(tmp_path: Path) ->
         "environment reliability": ("first attempts failed (infra or verifier, retried ones included) "
                                     f"{ENV}: 3/320 (0.9%)", "ok"),
         "weight publication": ("0.067 s p50, 0.071 s max; version round trip 3/3 steps", "ok"),
+        "learning signal": ("not recorded (a run written before envkit recorded it)", "n/a"),
         "evaluation precision": ("no evaluation in this run (eval.episodes: 0)", "n/a"),
     }
 
@@ -188,6 +192,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
              "is_clipped_frac": 0.0, "updated": True, "kl_ref": 0.02}
     step["trajs"][0].loss_mask = [1, 1, 0, 1]  # 3 generated tokens, 1 observation token
     step["trajs"][0].completion_token_ids = [5, 6, 7, 8]
+    step["trajs"][0].logprobs = [-0.5, -1.0, -9.0, -1.5]  # the observation's token (mask 0) is not the model's
     record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, step_s=4.0, trajs=step["trajs"],
                          usable=step["usable"], env_refs=["ns/e@1.0.0"], batch=batch, trainable=2, refused=step["refused"],
                          div=step["div"], lags=step["lags"], admitted=admitted, mismatch=Mismatch(), train=train, publish=pub)
@@ -201,6 +206,8 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
         "ns/e@1.0.0 sha256:abababababab": {"episodes": 6, "infra_failures": 1, "retries": 3, "first_attempt_failures": 3}}}
     assert d["staleness"] == {"kl": pytest.approx({"n": 4, "mean": 0.03, "p10": 0.003, "p50": 0.015, "p90": 0.069, "max": 0.09}),
                               "lag": {"0": 3, "1": 1}, "admitted": 2, "rejected": 5, "kl_max": 0.05}
+    # g0 (1, 0) and g1 (1, 0.5) both have a signal; nothing unparseable; -log p of the 3 model tokens
+    assert d["signal"] == {"groups": 2, "groups_with_signal": 2, "valid_actions": 1.0, "entropy": 1.0}
     assert d["mismatch"] == {}  # no probe
     assert d["mismatch_batch"] == pytest.approx({"kl": 0.08 / 9, "max_abs": 0.3, "tokens": 9})
     assert d["train"] == train and d["publish"] == pub.to_dict() and d["batch"] == first_line["batch"]
@@ -214,7 +221,8 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
         return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}") for k, v in node.items()))
 
     d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))  # a step with a probe, as line 1
-    assert keys(d) - keys(first_line) == {f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref"}  # added since
+    assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref"}
+                                          | {f".signal.{k}" for k in asdict(Signal())})  # added since
     assert keys(first_line) <= keys(d)
 
 

@@ -179,3 +179,31 @@ def test_loading_something_else_is_a_clear_error(model_dir: Path, tmp_path: Path
 
     with pytest.raises(UserError, match="not a trainer checkpoint"):
         Trainer(model_dir).load_checkpoint(tmp_path)
+
+
+def test_the_warm_up_keeps_its_best_held_out_weights():
+    """A loss that jumps late does not decide the model: the weights kept are those of the check
+    with the lowest held-out loss (here the learning rate is far too high, so the loss rises
+    after the first steps), and that loss is what the kept model has."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from rl_runner.policy.tiny import _batch_tensors, _shellcmd_examples, tokenizer_for, warm_up
+    from rl_runner.rollout.chat import ChatFormat
+
+    tok = tokenizer_for(TinySpec(seed=1))
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=1, num_key_value_heads=1, pad_token_id=tok.pad_token_id))
+    out = warm_up(model, tok, 12, task="shellcmd", seed=1, batch=4, lr=LR_FAR_TOO_HIGH, check_every=2, held_out=8)
+    losses = {int(s): v for s, v in out["checks"]}
+    assert sorted(losses) == [2, 4, 6, 8, 10, 12]
+    assert out["best_step"] == min(losses, key=losses.__getitem__) and losses[12] > losses[out["best_step"]], out
+    rng, fmt = random.Random("held-out 1"), ChatFormat(tok)  # the held-out examples, drawn as warm_up draws them
+    ids, labels, attention = _batch_tensors([_shellcmd_examples(fmt, rng) for _ in range(8)], int(tok.pad_token_id))
+    with torch.no_grad():
+        kept = float(model(input_ids=ids, attention_mask=attention, labels=labels).loss)
+    assert kept == pytest.approx(out["loss"], abs=1e-3) and out["loss"] == pytest.approx(losses[out["best_step"]], abs=1e-4)
+
+
+LR_FAR_TOO_HIGH = 0.03  # 12 steps: held-out loss 5.43, 4.06, 3.91, then 4.57, 4.44, 4.50
