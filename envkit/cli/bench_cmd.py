@@ -376,3 +376,45 @@ def synth_bench(
     done = [r for r in rows if "tasks" in r]
     console.print(f"total: {sum(r['tasks'] for r in done)} tasks from {len(done)} packages, synthesis "
                   f"{sum(r['synth_s'] for r in done) / 60:.1f} min; {out / 'bench.json'} has every figure")
+
+
+@bench_app.command("learn")
+def learn_bench(
+    recipe: Path = typer.Argument(..., help="A recipe YAML (e.g. rl_runner/recipes/lookup.yaml)."),
+    overrides: list[str] = typer.Argument(None, help="key=value settings, as for `envkit train` (not seed or run_dir)."),
+    seeds: int = typer.Option(5, "--seeds", min=1, max=100, help="Seeds 0..K-1 (or from --first-seed)."),
+    first_seed: int = typer.Option(0, "--first-seed", min=0),
+    out: Path = typer.Option(Path("runs/learn-bench"), "--out", help="Folder for each seed's run, sweep.json and learn.png "
+                                                                     "(a rerun reuses the seeds it finds finished)."),
+    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
+                                    help="A seed learned when its evaluation after training is above this."),
+    warmup: str = typer.Option(None, "--warmup", help="TASK:STEPS: warm a tiny model up at each seed first (e.g. "
+                               "lookup:1000), so the warm-up's luck is measured too."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """The recipe on K seeds: eval before/after per seed with intervals, steps to the threshold, one figure of every curve."""
+    require("cpu", "`envkit bench learn`")
+    from rl_runner.recipes.sweep import parse_warmup, sweep
+
+    result = sweep(recipe, list(overrides or []), list(range(first_seed, first_seed + seeds)), out, threshold=threshold,
+                   warmup=parse_warmup(warmup), say=(lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]")))
+    if as_json:
+        print_json(result)
+        return
+    table = Table(title=f"envkit bench learn {recipe.name}: {result['learned']} of {result['runs']} seeds above "
+                        f"{threshold:g} (95% CI {result['learned_ci95'][0]:.2f}-{result['learned_ci95'][1]:.2f})")
+    for col in ("seed", "eval before", "eval after", "learned", "first step ≥ threshold", "reward first → last", "signal",
+                "warm-up copied", "minutes"):
+        table.add_column(col)
+
+    def ev(e: dict[str, Any] | None) -> str:
+        return "–" if e is None else f"{e['mean']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
+
+    for r in result["seeds"]:
+        rw = [x for x in r["rewards"] if x is not None]
+        copied = (r.get("warmup") or {}).get("answer_copied")
+        table.add_row(str(r["seed"]), ev(r["eval_before"]), ev(r["eval"]), "yes" if r["learned"] else "[red]no[/]",
+                      str(r["steps_to_threshold"] or "–"), f"{rw[0]:.3f} → {rw[-1]:.3f}" if rw else "–", r["signal"]["status"],
+                      "–" if copied is None else f"{copied:.0%}", f"{r['seconds'] / 60:.1f}")
+    console.print(table)
+    console.print(f"figure: {result['figure']}  ·  every figure: {out / 'sweep.json'}")
