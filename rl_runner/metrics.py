@@ -66,6 +66,7 @@ class BatchStats:
     work_s: float | None = None
     ideal_s: float | None = None
     carried_groups: int | None = None
+    late_trajectories: int | None = None  # members whose group entered an earlier batch (partial groups)
     aborted_episodes: int | None = None
     inference_idle_share: float | None = None
     sandbox_utilisation: float | None = None

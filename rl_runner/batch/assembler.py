@@ -20,6 +20,15 @@ its slowest member while slots sit idle.
   versions that produced them), ``abort`` cancels the ones older than the batch's newest group
   at their next turn boundary and reports them (``Batch.aborted``), never silently.
 * ``affinity``: session-affine routing across vLLM replicas (:mod:`rl_runner.policy.router`).
+* ``partial`` (with ``cutoff`` and ``carry``): a group is ready for a batch once
+  ``ceil(partial × group_size)`` of its members (at least 2) are done, rather than all of them;
+  its members still running are *late*: they keep running and join the next batch to close
+  after they finish, marked ``late`` (the trainer scores them against every reward their
+  group has delivered, :func:`rl_runner.trainer.losses.group_advantages`). Nothing is dropped:
+  the batches together hold every member of every group they admitted. Without it a group
+  holding one long member holds its seven finished ones, and the admission limit counts the
+  group until it is done; with it the heavy tail of episode lengths stops deciding when a
+  batch closes.
 
 The assembler only decides *when* episodes run and *which* trajectories form a batch; the
 episode itself is a callable ``run_episode(group, member, cancel) -> Trajectory`` (the seam
@@ -53,17 +62,26 @@ class AssemblyPolicy:
     overprovision: float = 0.5  # groups admitted beyond one batch, as a fraction of the batch
     affinity: bool = True
     straggler: Literal["carry", "abort"] = "carry"
+    partial: float = 0.75  # share of a group's members done before it is ready (1.0: all of them)
+
+    def ready_members(self, group_size: int) -> int:
+        """How many members of a group must be done before it can enter a batch."""
+        if not (self.cutoff and self.straggler == "carry") or group_size <= 2:
+            return group_size
+        return min(group_size, max(2, math.ceil(self.partial * group_size - 1e-9)))
 
 
-NAIVE = AssemblyPolicy("naive", warm_pool=False, continuous=False, cutoff=False, overprovision=0.0, affinity=False)
+NAIVE = AssemblyPolicy("naive", warm_pool=False, continuous=False, cutoff=False, overprovision=0.0, affinity=False,
+                       partial=1.0)
 OPTIMIZED = AssemblyPolicy()
 # What each optimization adds, one at a time, from naive to optimized (envkit bench rollout).
 ABLATION = [
     NAIVE,
     replace(NAIVE, name="+ warm pool", warm_pool=True),
     replace(NAIVE, name="+ continuous admission", warm_pool=True, continuous=True, overprovision=1.0),
-    replace(OPTIMIZED, name="+ over-provisioning, cutoff", affinity=False),
-    replace(OPTIMIZED, name="+ session affinity (optimized)"),
+    replace(OPTIMIZED, name="+ over-provisioning, cutoff", affinity=False, partial=1.0),
+    replace(OPTIMIZED, name="+ session affinity", partial=1.0),
+    replace(OPTIMIZED, name="+ partial groups (optimized)"),
 ]
 
 
@@ -81,6 +99,7 @@ class Batch:
     t_open: float
     t_close: float
     aborted: list[Trajectory] = field(default_factory=list)  # stragglers cancelled since the last batch
+    late: int = 0  # trajectories in ``groups`` whose group entered an earlier batch
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,6 +118,7 @@ class _Group:
     left: int
     cancel: threading.Event
     started: int = 0
+    done: int = 0
     aborted: bool = False
 
 
@@ -111,12 +131,15 @@ class Assembler:
         self.run_episode = run_episode
         self.group_size, self.gpb, self.concurrency, self.policy = group_size, groups_per_batch, concurrency, policy
         self.limit = groups_per_batch + math.ceil(policy.overprovision * groups_per_batch)
+        self.ready_at = policy.ready_members(group_size)
         self.clock = clock
         self.executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="episode")
         self.cv = threading.Condition()
         self.pending: deque[tuple[int, int]] = deque()
         self.groups: dict[int, _Group] = {}  # admitted and not yet delivered
-        self.complete: list[int] = []  # complete, undelivered groups in completion order
+        self.complete: list[int] = []  # ready (enough members done), undelivered groups in the order they became so
+        self.delivered: dict[int, _Group] = {}  # delivered with members still running (partial groups)
+        self.late: list[Trajectory] = []  # those members, finished since the last batch
         self.next_group = first_group
         self.base = first_group  # index order: the next batch's first group
         self.wanted = False
@@ -145,13 +168,14 @@ class Assembler:
                 self.pending.extend((g, i) for i in range(self.group_size))
         while self.n_running < self.concurrency and self.pending:
             g, i = self.pending.popleft()
-            self.groups[g].started += 1
+            (self.groups.get(g) or self.delivered[g]).started += 1
             self.n_running += 1
             self.running.add(1)
             self.executor.submit(self._run, g, i)
 
     def _run(self, g: int, i: int) -> None:
-        grp = self.groups[g]
+        with self.cv:
+            grp = self.groups.get(g) or self.delivered[g]
         try:
             traj: Trajectory | None = self.run_episode(g, i, grp.cancel)
             error = None
@@ -162,15 +186,23 @@ class Assembler:
             self.running.add(-1)
             if error is not None:
                 self.errors.append(error)
+            elif g in self.delivered:  # a late member: its group is in an earlier batch
+                assert traj is not None
+                traj.late = True
+                self.late.append(traj)
+                grp.left -= 1
+                if grp.left == 0:
+                    del self.delivered[g]
             else:
                 grp.members[i] = traj
                 grp.left -= 1
-                if grp.left == 0:
-                    if grp.aborted:
+                grp.done += 1
+                if grp.aborted:
+                    if grp.left == 0:
                         self.aborted.extend(_excluded(grp))
                         self.groups.pop(g, None)
-                    else:
-                        self.complete.append(g)
+                elif grp.done == self.ready_at:
+                    self.complete.append(g)
             self._pump()
             self.cv.notify_all()
 
@@ -201,7 +233,17 @@ class Assembler:
             t_open, t_close = asked, self.clock()  # the TTB window: the consumer's wait for this batch
             taken = set(chosen)
             self.complete = [g for g in self.complete if g not in taken]
-            groups = [[m for m in self.groups.pop(g).members if m is not None] for g in chosen]
+            groups = []
+            for g in chosen:
+                grp = self.groups.pop(g)
+                groups.append([m for m in grp.members if m is not None])
+                if grp.left:
+                    self.delivered[g] = grp
+            late, self.late = self.late, []
+            by_group: dict[str, list[Trajectory]] = {}
+            for t in late:
+                by_group.setdefault(t.group_id, []).append(t)
+            groups.extend(by_group.values())
             if not self.policy.cutoff:
                 self.base += self.gpb
             if self.policy.cutoff and self.policy.straggler == "abort":
@@ -221,7 +263,7 @@ class Assembler:
             self.batches += 1
             self._pump()
             self.cv.notify_all()
-        batch = Batch(self.batches, groups, t_open, t_close, aborted)
+        batch = Batch(self.batches, groups, t_open, t_close, aborted, late=len(late))
         batch.stats = self.window_stats(batch, carried_groups=carried)
         self.running.forget_before(t_open)
         return batch
@@ -243,6 +285,7 @@ class Assembler:
             "work_s": round(work, 3),
             "ideal_s": round(work / c, 3),
             "carried_groups": carried_groups,
+            "late_trajectories": batch.late,
             "aborted_episodes": len(batch.aborted),
         }
 
@@ -252,7 +295,7 @@ class Assembler:
         with self.cv:
             self.stopping = True
             self.pending.clear()
-            for grp in self.groups.values():
+            for grp in [*self.groups.values(), *self.delivered.values()]:
                 grp.cancel.set()
             self.cv.notify_all()
         self.executor.shutdown(wait=True)
@@ -260,6 +303,7 @@ class Assembler:
             left = {"groups": sum(1 for g in self.groups.values() if g.started),  # started, never delivered
                     "groups_not_started": sum(1 for g in self.groups.values() if not g.started),
                     "episodes_finished": sum(sum(m is not None for m in g.members) for g in self.groups.values()),
+                    "late_undelivered": len(self.late),  # late members finished after the last batch
                     "aborted_unreported": len(self.aborted)}
         return left
 

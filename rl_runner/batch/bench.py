@@ -149,6 +149,7 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
         "exclusions": _exclusions(trajs),
         "placement": dict(Counter(t.placement.get("sandbox_node", "local")[:12] for t in trajs)),
         "aborted": sum(r["aborted_episodes"] for r in rows),
+        "late": sum(r["late_trajectories"] for r in rows),  # members that joined a batch after their group
         "left_groups": left["groups"],
         "batches": rows,
     }
@@ -160,15 +161,28 @@ def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int,
     seed, group and member: the same drawn script) sleeps its drawn commands' and
     verification's total (``scripted_s``) times ``scale``, with no model, sandbox or engine.
     What batch assembly gives when the work runs exactly as drawn: the bound the real row is
-    measured against. Times in the row are divided back by ``scale``."""
+    measured against. Times in the row are divided back by ``scale``.
+
+    Its ``bias`` says whether the batches favour short episodes: each episode gets a
+    length-correlated reward (1 when its drawn work is at most the workload's median, else 0,
+    so a policy that delivers short episodes first shows a mean above 0.5), and the delivered
+    trajectories' drawn work and reward are set beside those of every member of every group
+    admitted up to the newest one delivered (what an unbiased policy would train on)."""
+    def drawn(g: int, i: int) -> float:
+        return draw_script(params, random.Random(f"{seed}:{g}:{i}")).tool_s
+
+    sample = [drawn(g, i) for g in range(10_000, 10_000 + max(64, 4 * trajectories // group_size)) for i in range(group_size)]
+    median = statistics.median(sample)  # groups no batch uses: the workload's own median
+
     def episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
-        duration = draw_script(params, random.Random(f"{seed}:{g}:{i}")).tool_s * scale
+        duration = drawn(g, i) * scale
         t = Trajectory(env_ref="replay", image_digest="", task_id=f"t{g}", seed=seed + g, group_id=f"replay/{g}")
+        t.evidence = {"group": g, "member": i}
         t0 = time.monotonic()
         while (left := duration - (time.monotonic() - t0)) > 0:
             if cancel.wait(min(left, 0.05)):
                 return mark_aborted(t)
-        t.reward = 0.0
+        t.reward = 1.0 if duration / scale <= median else 0.0
         t.timings = {"episode_s": round(duration, 4), "work_s": round(duration, 4)}
         return t
 
@@ -186,7 +200,43 @@ def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int,
             "ttb_per_batch_s": [round(x, 3) for x in ttbs], "ideal_s": round(ideal, 3),
             "ttb_over_ideal": round(statistics.fmean(ttbs) / ideal, 3) if ideal > 0 else None,
             "straggler_wait_share": _mean(b.stats["straggler_wait_share"] for b in got),
-            "slot_idle_share": _mean(b.stats["slot_idle_share"] for b in got)}
+            "slot_idle_share": _mean(b.stats["slot_idle_share"] for b in got),
+            "late": sum(b.late for b in got),
+            "bias": admission_bias(got, drawn, group_size, median)}
+
+
+def admission_bias(batches: list[Batch], drawn: Callable[[int, int], float], group_size: int,
+                   median: float) -> dict[str, Any]:
+    """The delivered trajectories against every member of the groups admitted up to the newest
+    one that entered a batch:
+    drawn work (mean, p50, p90) and the replay's length-correlated reward; and, for groups
+    that entered with members missing, how far the reward mean of the members that came first
+    was from the whole group's (the baseline their advantages used, against the right one)."""
+    delivered = [t for b in batches for t in b.trajectories]
+    firsts: dict[int, list[Trajectory]] = {}
+    for b in batches:
+        for grp in b.groups:
+            g = grp[0].evidence["group"]
+            if not any(t.late for t in grp):
+                firsts[g] = grp
+    # every group up to the newest that entered a batch: the admission order, so a policy that
+    # lets short groups overtake long ones shows it
+    population = [drawn(g, i) for g in range(min(firsts), max(firsts) + 1) for i in range(group_size)] if firsts else []
+    shifts = []
+    for g, grp in firsts.items():
+        if len(grp) < group_size:
+            whole = statistics.fmean(1.0 if drawn(g, i) <= median else 0.0 for i in range(group_size))
+            shifts.append(statistics.fmean(float(t.reward or 0.0) for t in grp) - whole)
+
+    def dist(xs: list[float]) -> dict[str, float | None]:
+        return {"mean": _r(statistics.fmean(xs)) if xs else None, "p50": pct(xs, 50), "p90": pct(xs, 90)}
+
+    return {"work_s": {"delivered": dist([drawn(t.evidence["group"], t.evidence["member"]) for t in delivered]),
+                       "groups_admitted": dist(population)},
+            "reward_mean": {"delivered": _mean(float(t.reward or 0.0) for t in delivered),
+                            "groups_admitted": _mean(1.0 if d <= median else 0.0 for d in population)},
+            "partial_groups": len(shifts),
+            "baseline_shift": {"mean": _mean(shifts), "mean_abs": _mean(abs(x) for x in shifts)}}
 
 
 def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_size: int = 8, concurrency: int = 64,

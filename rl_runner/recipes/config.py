@@ -40,6 +40,7 @@ class TrainerSection(_Strict):
     is_cap: float = Field(default=2.0, gt=1)
     micro_batch: int = Field(default=16, ge=1, le=4096)
     kl_coef: float = Field(default=0.0, ge=0, le=100)  # β of a KL penalty towards the starting weights; 0: none
+    lr_warmup: int = Field(default=0, ge=0, le=100_000)  # updates over which lr rises linearly from lr/N to lr; 0: none
 
 
 class AsyncSection(_Strict):
@@ -56,6 +57,10 @@ class BatchSection(_Strict):
     # async.max_in_flight_groups in async mode.
     overprovision: float | None = Field(default=None, ge=0, le=16)
     straggler: Literal["carry", "abort"] = "carry"
+    # Async mode with carried stragglers: a group enters a batch once this share of its members is
+    # done; the rest join later batches (scored against their whole group). 1.0: whole groups only.
+    # Sync mode always waits for whole groups (every sample on-policy).
+    partial: float = Field(default=0.75, gt=0, le=1)
     pool_size: int = Field(default=0, ge=0, le=100_000)  # warm sandboxes per environment; 0: its share of concurrency + 25%
 
 

@@ -33,7 +33,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +160,9 @@ def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], 
     return out
 
 
+EARLIER_GROUPS = 4096  # groups whose rewards are kept for their late members (far more than are ever in flight)
+
+
 def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
     """The recipe's batch assembly: ``naive`` (sync only), or the optimized assembler with
     continuous admission in async mode and over-provisioning where asked for."""
@@ -173,10 +176,10 @@ def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
         in_flight = recipe.async_.max_in_flight_groups or 2 * recipe.groups_per_step
         op = b.overprovision if b.overprovision is not None else max(0.0, in_flight / recipe.groups_per_step - 1)
         return AssemblyPolicy("optimized", warm_pool=True, continuous=True, cutoff=True, overprovision=op,
-                              affinity=True, straggler=b.straggler)
+                              affinity=True, straggler=b.straggler, partial=b.partial)
     op = b.overprovision or 0.0
     return AssemblyPolicy("optimized", warm_pool=True, continuous=False, cutoff=op > 0, overprovision=op, affinity=True,
-                          straggler=b.straggler)
+                          straggler=b.straggler, partial=1.0)
 
 
 def _check_model(recipe: Recipe, cpu: bool) -> None:
@@ -269,23 +272,36 @@ def _pooled(div: list[dict[str, float]]) -> Divergence:
 # -- admission, refusal and the step record ----------------------------------------------------
 
 
-def admit(usable: list[Trajectory], div: list[dict[str, float]], recipe: Recipe) -> list[bool]:
+def admit(usable: list[Trajectory], div: list[dict[str, float]], recipe: Recipe,
+          earlier: Mapping[str, Sequence[float]] | None = None) -> list[bool]:
     """Which usable samples train: sync admits all (all on-policy); async admits a sample whose
     staleness KL is at most ``async.kl_max`` (not by step count). Then the group rule: a
-    sample trains only beside another admitted member of its group (advantages need two)."""
+    sample trains only beside another admitted member of its group, in this batch or (a late
+    member of a partial group) in ``earlier`` ones: advantages need two."""
     ok = [True] * len(usable) if recipe.mode == "sync" else [d["kl"] <= recipe.async_.kl_max for d in div]
     groups = [tr.group_id for tr in usable]
     kept = Counter(g for g, a in zip(groups, ok, strict=True) if a)
-    return [a and kept[g] >= 2 for g, a in zip(groups, ok, strict=True)]
+    earlier = earlier or {}
+    return [a and kept[g] + len(earlier.get(g, ())) >= 2 for g, a in zip(groups, ok, strict=True)]
 
 
-def with_advantages(samples: list[Sample], usable: list[Trajectory], admitted: list[bool]) -> list[Sample]:
-    """The admitted samples, each with its group-relative advantage set: the batch to train on."""
+def with_advantages(samples: list[Sample], usable: list[Trajectory], admitted: list[bool],
+                    earlier: dict[str, list[float]] | None = None) -> list[Sample]:
+    """The admitted samples, each with its group-relative advantage set: the batch to train on.
+    ``earlier``: per group, the rewards its members trained on in earlier batches (partial
+    groups): a late member is scored against them as well, and its reward is added to them."""
     batch = [sm for sm, a in zip(samples, admitted, strict=True) if a]
     chosen = [tr for tr, a in zip(usable, admitted, strict=True) if a]
-    advantages = group_advantages([float(tr.reward) for tr in chosen], [tr.group_id for tr in chosen])  # type: ignore[arg-type]
+    rewards = [float(tr.reward) for tr in chosen]  # type: ignore[arg-type]
+    groups = [tr.group_id for tr in chosen]
+    advantages = group_advantages(rewards, groups, earlier=earlier)
     for sm, adv in zip(batch, advantages, strict=True):
         sm.advantage = adv
+    if earlier is not None:
+        for g, r in zip(groups, rewards, strict=True):
+            earlier.setdefault(g, []).append(r)
+        while len(earlier) > EARLIER_GROUPS:  # insertion order: the oldest groups go first
+            del earlier[next(iter(earlier))]
     return batch
 
 
@@ -398,7 +414,8 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     t = recipe.trainer
     trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps, grad_clip=t.grad_clip, is_mode=t.is_mode,
                                                   is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
-                                                  micro_batch=t.micro_batch, seed=recipe.seed, kl_coef=t.kl_coef),
+                                                  micro_batch=t.micro_batch, seed=recipe.seed, kl_coef=t.kl_coef,
+                                                  lr_warmup=t.lr_warmup),
                       device="cuda" if not cpu else "cpu")
     if recipe.resume is not None:
         trainer.load_checkpoint(recipe.resume)
@@ -515,6 +532,7 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
     try:
         last = trainer.step + recipe.steps
         refused = Refused()  # carried into the next step's record
+        earlier: dict[str, list[float]] = {}  # rewards trained on, per group: late members' baselines
         t0 = time.monotonic()
         while trainer.step < last:
             step = trainer.step + 1
@@ -534,8 +552,8 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
             lags = [_lag(sm, version) for sm in samples]
 
             # admit (sync: all; async: by KL), then the group rule; nothing admitted: collect again
-            admitted = admit(usable, div, recipe)
-            batch = with_advantages(samples, usable, admitted)
+            admitted = admit(usable, div, recipe, earlier)
+            batch = with_advantages(samples, usable, admitted, earlier)
             if not batch:
                 refused.add(trajs, len(samples), step=step, run_dir=run_dir, kl_max=recipe.async_.kl_max)
                 continue

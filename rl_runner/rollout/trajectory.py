@@ -67,6 +67,7 @@ class Trajectory:
     turns: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     placement: dict[str, str] = field(default_factory=dict)  # where it ran, on a cluster (sandbox host, worker node)
+    late: bool = False  # finished after its group entered a batch: it joins a later one (partial groups)
 
     @property
     def generated_tokens(self) -> int:

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import torch
@@ -25,15 +25,22 @@ __all__ = ["ISMode", "group_advantages", "importance_weights", "k3", "policy_los
 ISMode = Literal["tis", "mis", "none"]
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[str], eps: float = 1e-6) -> list[float]:
+def group_advantages(rewards: Sequence[float], groups: Sequence[str], eps: float = 1e-6,
+                     earlier: Mapping[str, Sequence[float]] | None = None) -> list[float]:
+    """Each reward's advantage within its group: (r - mean) / std over the group's rewards in
+    this batch and, for a group some of whose members trained in earlier batches (a partial
+    group's late members), over those rewards too (``earlier``). 0 for a group of one, or of
+    equal rewards."""
     by_group: dict[str, list[int]] = {}
     for i, g in enumerate(groups):
         by_group.setdefault(g, []).append(i)
     out = [0.0] * len(rewards)
-    for members in by_group.values():
-        if len(members) < 2:
+    earlier = earlier or {}
+    for g, members in by_group.items():
+        before = [float(r) for r in earlier.get(g, ())]
+        if len(members) + len(before) < 2:
             continue
-        values = torch.tensor([float(rewards[i]) for i in members], dtype=torch.float64)
+        values = torch.tensor([float(rewards[i]) for i in members] + before, dtype=torch.float64)
         std = float(values.std(unbiased=False))
         if std < eps:
             continue

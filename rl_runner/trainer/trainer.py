@@ -60,6 +60,12 @@ class TrainerConfig:
     # copy is loaded); docs/train.md, "The loss". It anchors what the reward does not ask to change (a tool
     # call's format) where outcome-only advantages push every token of a failed trajectory down.
     kl_coef: float = 0.0
+    # The learning rate rises linearly over the first ``lr_warmup`` optimizer updates (1/N, 2/N, …
+    # of ``lr``): Adam's first updates move every weight by about the whole rate whatever its
+    # gradient, which is what breaks a warmed-up model's tool-call format at a rate that is
+    # safe later (docs/train.md). Counted in updates, not steps: a step without a gradient
+    # does not update.
+    lr_warmup: int = 0
 
 
 @dataclass
@@ -99,6 +105,7 @@ class Trainer:
         c = self.config
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas, eps=c.eps)
         self.step = 0
+        self.updates = 0  # optimizer updates (steps with a gradient): the rate's warm-up counts these
         self.cursor: dict[str, Any] = {}
 
     # -- log-probs -----------------------------------------------------------------------
@@ -177,6 +184,10 @@ class Trainer:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         updated = bool(adv.any())
         if updated:
+            self.updates += 1
+            scale = min(1.0, self.updates / self.config.lr_warmup) if self.config.lr_warmup else 1.0
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr * scale
             self.optimizer.step()
         self.model.eval()
         self.step += 1
@@ -241,7 +252,7 @@ class Trainer:
         save_model(self.model, str(tmp / "model.safetensors"))  # stores tied (shared) tensors once
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-        (tmp / "trainer.json").write_text(json.dumps({"step": self.step, "cursor": self.cursor,
+        (tmp / "trainer.json").write_text(json.dumps({"step": self.step, "updates": self.updates, "cursor": self.cursor,
                                                       "config": asdict(self.config)}, indent=2, sort_keys=True) + "\n")
         if out.exists():
             old = out.with_name(f".{out.name}.old-{os.getpid()}")
@@ -266,4 +277,5 @@ class Trainer:
         random.setstate(rng["python"])
         meta = json.loads((path / "trainer.json").read_text())
         self.step = int(meta["step"])
+        self.updates = int(meta.get("updates", self.step))  # older checkpoints: every step counted as an update
         self.cursor = dict(meta.get("cursor") or {})

@@ -22,8 +22,9 @@ class FakeEpisodes:
     """Episodes that finish at once, except members of ``hold`` groups, which wait for
     ``release`` (or for cancellation). Records the most episodes ever running together."""
 
-    def __init__(self, hold: set[int] | None = None) -> None:
+    def __init__(self, hold: set[int] | None = None, hold_members: set[tuple[int, int]] | None = None) -> None:
         self.hold = hold or set()
+        self.hold_members = hold_members or set()
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.running = 0
@@ -39,7 +40,7 @@ class FakeEpisodes:
             t = Trajectory(env_ref="e", image_digest="sha256:x", task_id="t", seed=g, group_id=f"g{g}")
             t.evidence = {"member": i}
             t.timings = {"episode_s": 0.01, "work_s": 0.01}
-            if g in self.hold:
+            if g in self.hold or (g, i) in self.hold_members:
                 while not self.release.is_set():
                     if cancel.is_set():
                         return mark_aborted(t)
@@ -100,6 +101,38 @@ def test_cutoff_carries_a_straggler_into_a_later_batch_without_loss_or_double_co
     assert len(started_groups - delivered_groups) == left["groups"]
 
 
+def test_partial_groups_deliver_at_the_ready_share_and_late_members_follow_exactly_once():
+    eps = FakeEpisodes(hold_members={(0, 2), (0, 3)})
+    policy = AssemblyPolicy("t", warm_pool=False, continuous=True, cutoff=True, overprovision=1.0, affinity=False,
+                            partial=0.5)
+    asm = Assembler(eps, group_size=4, groups_per_batch=2, concurrency=4, policy=policy).start()
+    assert asm.ready_at == 2
+    first = asm.next_batch(timeout=30)
+    seen = _keys(first.trajectories)
+    assert first.late == 0 and not any(t.late for t in first.trajectories)
+    assert all(len([k for k in seen if k[0] == g]) >= 2 for g, _ in seen)  # every group with at least 2 members
+    # group 0 is ready with members 0 and 1 while 2 and 3 still run: it need not wait for them
+    deadline = time.monotonic() + 10
+    batches = [first]
+    while (0, 0) not in seen and time.monotonic() < deadline:
+        batches.append(asm.next_batch(timeout=30))
+        seen += _keys(batches[-1].trajectories)
+    assert (0, 0) in seen and (0, 1) in seen and (0, 2) not in seen
+    eps.release.set()
+    while not {(0, 2), (0, 3)} <= set(seen):
+        batches.append(asm.next_batch(timeout=30))
+        seen += _keys(batches[-1].trajectories)
+    lates = [t for b in batches for t in b.trajectories if t.late]
+    assert {(t.seed, t.evidence["member"]) for t in lates} >= {(0, 2), (0, 3)}
+    assert sum(b.late for b in batches) == len(lates)
+    assert len(seen) == len(set(seen))  # nothing delivered twice
+    left = asm.stop()
+    assert eps.max_running <= 4
+    # every member of every delivered group was delivered, unless still running or finished after the last batch
+    missing = {(g, i) for g, _ in seen for i in range(4)} - set(seen)
+    assert len(missing) <= left["late_undelivered"] + 4
+
+
 def test_abort_reports_cancelled_stragglers_and_never_trains_on_them():
     eps = FakeEpisodes(hold={0})
     policy = AssemblyPolicy("t", warm_pool=False, continuous=True, cutoff=True, overprovision=1.0, affinity=False,
@@ -150,7 +183,7 @@ def test_an_episode_that_raises_surfaces_in_next_batch():
 def test_ablation_adds_one_switch_at_a_time_from_naive_to_optimized():
     assert ABLATION[0] == NAIVE
     assert ABLATION[-1].__dict__ | {"name": ""} == OPTIMIZED.__dict__ | {"name": ""}
-    switches = ("warm_pool", "continuous", "cutoff", "affinity")
+    switches = ("warm_pool", "continuous", "cutoff", "affinity", "partial")
     for a, b in zip(ABLATION, ABLATION[1:], strict=False):
         assert sum(getattr(a, s) != getattr(b, s) for s in switches) == 1
 

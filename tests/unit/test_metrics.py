@@ -72,6 +72,7 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
         assert out["train"].pop("updated") is None
         assert out["train"].pop("kl_ref") is None
         assert out.pop("signal") == asdict(Signal())
+        assert out["batch"].pop("late_trajectories") is None
         assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
     again = StepRecord.from_dict(old).to_dict()
@@ -79,6 +80,7 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
     again["train"].pop("updated")
     again["train"].pop("kl_ref")
     again.pop("signal")
+    again["batch"].pop("late_trajectories")
     assert again["mismatch"] == {}
     old["failures"]["by_env_version"][ENV]["first_attempt_failures"] = None  # the one field it lacked, now written
     assert again == old
@@ -210,7 +212,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     assert d["signal"] == {"groups": 2, "groups_with_signal": 2, "valid_actions": 1.0, "entropy": 1.0}
     assert d["mismatch"] == {}  # no probe
     assert d["mismatch_batch"] == pytest.approx({"kl": 0.08 / 9, "max_abs": 0.3, "tokens": 9})
-    assert d["train"] == train and d["publish"] == pub.to_dict() and d["batch"] == first_line["batch"]
+    assert d["train"] == train and d["publish"] == pub.to_dict() and d["batch"] == first_line["batch"] | {"late_trajectories": None}
     # throughput over the step's 4 s: every episode of it, the refused batch's too
     assert d["throughput"] == {"step_s": 4.0, "generated_tokens": 3, "generated_tokens_per_s": 0.75, "trajectories": 6,
                                "trajectories_per_s": 1.5}
@@ -221,7 +223,8 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
         return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}") for k, v in node.items()))
 
     d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))  # a step with a probe, as line 1
-    assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref"}
+    assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref",
+                                                                                               ".batch.late_trajectories"}
                                           | {f".signal.{k}" for k in asdict(Signal())})  # added since
     assert keys(first_line) <= keys(d)
 

@@ -22,6 +22,30 @@ def test_group_advantages_are_normalised_per_group():
     assert adv[2:] == [0.0, 0.0, 0.0]  # equal rewards, and a group of one, carry no signal
 
 
+def test_late_members_are_scored_against_the_rewards_their_group_trained_on_earlier():
+    # group a: 1 and 0 trained in an earlier batch; its late member (1) is scored against all three
+    adv = group_advantages([1.0, 0.3], ["a", "c"], earlier={"a": [1.0, 0.0]})
+    mean, std = 2 / 3, (2 / 9) ** 0.5
+    assert adv[0] == pytest.approx((1 - mean) / std, abs=1e-4)
+    assert adv[1] == 0.0  # alone, with nothing earlier
+
+    from rl_runner.recipes.config import Recipe
+    from rl_runner.recipes.grpo import admit, with_advantages
+    from rl_runner.rollout.trajectory import Trajectory
+    from rl_runner.trainer.trainer import Sample
+
+    late = Trajectory(env_ref="e", image_digest="", task_id="t", seed=1, group_id="a", reward=0.0, late=True)
+    alone = Trajectory(env_ref="e", image_digest="", task_id="t", seed=2, group_id="b", reward=1.0)
+    recipe = Recipe.model_validate({"model": "m", "envs": [{"ref": "e"}], "mode": "async"})
+    earlier = {"a": [1.0, 1.0, 0.0]}
+    ok = admit([late, alone], [{"kl": 0.0}, {"kl": 0.0}], recipe, earlier)
+    assert ok == [True, False]  # the late member trains beside its group's earlier members; a lone one does not
+    samples = [Sample([1], [2], [1], [0.0]), Sample([1], [2], [1], [0.0])]
+    batch = with_advantages(samples, [late, alone], ok, earlier)
+    assert len(batch) == 1 and batch[0].advantage < 0  # 0 against 1, 1, 0
+    assert earlier["a"] == [1.0, 1.0, 0.0, 0.0]  # and the next late member sees it
+
+
 def test_importance_weights_truncate_or_mask():
     cur = torch.log(torch.tensor([0.5, 0.9, 0.1]))
     beh = torch.log(torch.tensor([0.5, 0.3, 0.4]))  # raw ratios 1, 3, 0.25

@@ -38,7 +38,7 @@ def test_a_trajectory_jsonl_in_todays_format_reads_back_typed() -> None:
 def test_what_is_written_is_the_same_strings_as_before(tmp_path: Path) -> None:
     before = V0.read_text().splitlines()
     after = write_jsonl(tmp_path / "t.jsonl", read_jsonl(V0)).read_text().splitlines()
-    added = {"bundle_digest": "", "runtime": "", "verifier": {}, "attempt_evidence": []}  # fields since, at their defaults
+    added = {"bundle_digest": "", "runtime": "", "verifier": {}, "attempt_evidence": [], "late": False}  # fields since, at their defaults
     for i in range(3):
         assert json.loads(after[i]) == {**json.loads(before[i]), **added}
     assert json.loads(after[3]) == {**json.loads(before[3]), "placement": {}, **added}
