@@ -129,6 +129,21 @@ def signal_cause(rewards: Sequence[float | None], valid: Sequence[float | None],
     return "each group's episodes scored alike: raise group_size for this success rate"
 
 
+def collapse(rewards: Sequence[float | None]) -> str:
+    """The reward rose and then fell back (to a third of its peak or less over the last two
+    steps, from a peak of at least 0.3): updates too large for the policy, not an environment
+    that gives nothing. Empty when it did not happen."""
+    r = [(i, x) for i, x in enumerate(rewards) if x is not None]
+    if len(r) < 4:
+        return ""
+    at, peak = max(r, key=lambda p: p[1])
+    last = sum(x for _, x in r[-2:]) / 2
+    if peak < 0.3 or last > peak / 3 or at >= r[-2][0]:
+        return ""
+    return (f"the reward rose to {peak:.2f} (step {at + 1}) and fell back to {last:.2f}: updates too large for "
+            "this policy; lower trainer.lr, add trainer.lr_warmup, or raise trainer.kl_coef")
+
+
 def grade_signal(with_signal: list[float | None], rewards: list[float | None], valid: list[float | None],
                  entropy: list[float | None]) -> tuple[str, str]:
     """(status, cause) from per-step figures: ``with_signal`` the share of a step's groups whose
@@ -144,12 +159,21 @@ def grade_signal(with_signal: list[float | None], rewards: list[float | None], v
         stall += 1
     window = steps[-max(stall, 1):] if stall else steps
     cause = signal_cause([rewards[i] for i in window], [valid[i] for i in window], [entropy[i] for i in window])
+    fell = collapse(rewards)
+    ent = [x for x in entropy if x is not None]
+    if len(ent) >= 2 and ent[-1] > 2 * ent[0] + 0.5:  # the policy spread out instead of sharpening
+        fell = (f"the policy's entropy rose from {ent[0]:.2f} to {ent[-1]:.2f} per token: updates too large blew it up; "
+                "lower trainer.lr or add trainer.lr_warmup")
+    if fell and (stall or not [x for x in valid if x is not None and x < 0.5]):
+        cause = fell
     if stall >= STALL_STEPS:
         return "fail", cause
     share = sum(float(with_signal[i] or 0.0) for i in steps) / len(steps)
     r = [x for x in rewards if x is not None]
     v = [x for x in valid if x is not None]
     moved = len(r) < 6 or abs(sum(r[-3:]) / 3 - sum(r[:3]) / 3) >= 0.02
+    if fell:
+        return "warn", fell
     if stall >= 2 or share < 0.25 or (v and v[-1] < 0.8) or not moved:
         return "warn", cause if (stall or share < 0.25) else (
             signal_cause(r[-3:], v[-3:], entropy[-3:]) if not moved else "the share of parsed actions fell below 0.8")
@@ -227,7 +251,7 @@ def run_checks(run_dir: Path) -> list[Check]:
     else:
         text = "not recorded (a run written before envkit recorded it)"
     checks.append(Check("learning signal", text, f"a signal in the last {STALL_STEPS} steps (fail), in ≥ 25% of groups, "
-                        "actions parsed ≥ 80%, reward moving", status))
+                        "actions parsed ≥ 80%, reward moving and not fallen to ⅓ of its peak", status))
 
     if ev and ev.get("half_width") is not None:
         hw = float(ev["half_width"])

@@ -104,6 +104,18 @@ def test_learning_signal_causes():
     assert "nothing is left to learn" in grade_signal(quiet, [1.0] * 5, [1.0] * 5, [0.5] * 5)[1]
     assert "near-deterministic" in grade_signal(quiet, [0.5] * 5, [1.0] * 5, [0.01] * 5)[1]
     assert "group_size" in grade_signal(quiet, [0.5] * 5, [1.0] * 5, [0.5] * 5)[1]
+    # envkit bench learn, shellcmd at lr 2e-3, seed 2: rose to 0.53, fell to 0.02 with a signal in most steps
+    rose_and_fell = [0.06, 0.13, 0.39, 0.16, 0.01, 0.0, 0.01, 0.15, 0.37, 0.36, 0.51, 0.53, 0.49, 0.51, 0.1, 0.02]
+    status, cause = grade_signal([0.5] * 16, rose_and_fell, [1.0] * 16, [0.5] * 16)
+    assert status == "warn" and "rose to 0.53 (step 12) and fell back to 0.06" in cause and "trainer.lr" in cause
+    assert grade_signal([0.5] * 16, sorted(rose_and_fell), [1.0] * 16, [0.5] * 16) == ("ok", "")  # the same values rising
+    # shellcmd at lr 3e-2 (30x the recipe's): nothing rewarded after step 1, the entropy from 0.62 to 3.6 per token
+    status, cause = grade_signal([0.02] + [0.0] * 7, [0.016] + [0.0] * 7, [1.0] * 8, [0.62, 1.5, 2.4, 3.0, 3.3, 3.5, 3.6, 3.6])
+    assert status == "fail" and "entropy rose from 0.62 to 3.60" in cause, cause
+    # and with no gradient left for 5 steps it fails, with the same cause
+    assert grade_signal([0.5] * 4 + [0.0] * 5, [0.1, 0.4, 0.6, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0] * 9, [0.5] * 9)[0] == "fail"
+    assert "rose to 0.60" in grade_signal([0.5] * 4 + [0.0] * 5, [0.1, 0.4, 0.6, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0],
+                                          [1.0] * 9, [0.5] * 9)[1]
 
 
 def test_learning_signal_thresholds():
