@@ -215,7 +215,7 @@ def rollout(
                                       "each) or none (shared)."),
     pool_size: int = typer.Option(0, "--pool-size", min=0, max=100_000, help="Warm pool size (0: concurrency + 25%)."),
     time_scale: float = typer.Option(1.0, "--time-scale", min=0.01, max=100.0, help="Multiply every tool duration."),
-    policies: str = typer.Option("ablation", "--policies", help="ablation (all five rows) or naive,optimized."),
+    policies: str = typer.Option("ablation", "--policies", help="ablation (all six rows) or naive,optimized."),
     model: Path = typer.Option(None, "--model", help="Model folder (default: a tiny random model, created if missing)."),
     seed: int = typer.Option(0, "--seed", help="Workload seed (the same for every policy)."),
     backend: str = typer.Option("local", "--backend", help="local (this machine's Docker) or ray (sandbox hosts and "

@@ -6,7 +6,7 @@ the trainer asks for a batch, at most ``concurrency`` run at once, each starts a
 container, and the batch closes when every one of its trajectories is done, so it waits for
 its slowest member while slots sit idle.
 
-``optimized`` (the default) differs in four independent switches, each measured on its own by
+``optimized`` (the default) differs in five independent switches, each measured on its own by
 ``envkit bench rollout``'s ablation:
 
 * ``warm_pool``: sandboxes come from a pool sized independently of inference, created ahead
