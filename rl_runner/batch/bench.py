@@ -151,6 +151,7 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
         "aborted": sum(r["aborted_episodes"] for r in rows),
         "late": sum(r["late_trajectories"] for r in rows),  # members that joined a batch after their group
         "left_groups": left["groups"],
+        "late_undelivered": left.get("late_undelivered", 0),  # late members finished after the last batch
         "batches": rows,
     }
 
