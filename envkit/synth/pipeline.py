@@ -10,12 +10,16 @@ but for pip's metadata step of an sdist download):
    a staging environment is built on the base (wheels layer + the pristine project).
 3. **Baseline**: the suite runs three times; only tests that pass every time are used. A
    project with < 80% passing or a suite slower than 60 s is refused with the reason.
-4. **Candidates**: seeded mutations (envkit.synth.mutate), each checked by one suite run:
-   kept when at least one baseline test fails, collection works and it ends within its cap.
+4. **Candidates**: seeded mutations (envkit.synth.mutate), each checked by one run of the
+   tests whose call runs the changed function (a coverage map from one traced baseline run;
+   the whole suite where the function also runs outside a test's call): kept when at least
+   one of them fails, collection works and it ends within its cap. A change to a function no
+   test runs is dropped without a run.
 5. **Traces**: the failing tests' calls into the package are recorded on the pristine code
    and replayed twice there (what does not replay the same is cut); a candidate is kept only
-   when a replayed call tells it apart from the fix, and when a second run fails the same
-   tests (flakes dropped). Combinations of 2-3 kept bugs are checked the same way.
+   when a replayed call tells it apart from the fix, and when a second run, of the whole
+   suite, fails the same tests (flakes dropped, and bugs that fail tests the map did not
+   link to the function: the map only makes the first check cheaper). Combinations of 2-3 kept bugs are checked the same way.
 6. **Output**: tasks (patch, fix, fail-to-pass tests, text), the suite's files for the
    verifier (suite_verifier.py), and a provenance file with every drop and its reason.
 """
@@ -28,6 +32,7 @@ import queue
 import random
 import re
 import shutil
+import statistics
 import tempfile
 import time
 from collections import Counter
@@ -68,6 +73,7 @@ class Candidate:
     messages: dict[str, str] = field(default_factory=dict)
     drop: str | None = None
     discriminating: list[str] = field(default_factory=list)
+    selected: set[str] | None = None  # the tests the first check ran (None: the whole suite)
 
     @property
     def family(self) -> str:
@@ -76,6 +82,22 @@ class Candidate:
     @property
     def label(self) -> str:
         return " + ".join(f"{s.file}:{s.line} {s.function} ({s.family})" for s in self.sites)
+
+
+@dataclass
+class Coverage:
+    """Which stable tests' calls run each function (``file:qualname``, as mutate names them),
+    and the functions that also run outside any test's call (imports, fixtures)."""
+
+    functions: dict[str, set[str]]
+    outside: set[str]
+
+    def tests_for(self, sites: list[mutate.Site]) -> set[str] | None:
+        """The tests a change at ``sites`` can make fail, or None: any of them."""
+        keys = {f"{s.file}:{s.function}" for s in sites}
+        if keys & self.outside:
+            return None
+        return set().union(*(self.functions.get(k, set()) for k in keys))
 
 
 @dataclass
@@ -120,18 +142,23 @@ class SuiteBox:
             self.sandbox.put_file(f"/workspace/{rel}", self.pristine[rel], mode=0o644)
 
     def run(self, files: dict[str, str], timeout_s: float, *, trace_ids: list[str] | None = None,
-            replay_ids: list[str] | None = None, traces: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The suite on the workspace with ``files`` written in (then restored): ``{"report",
-        "replay", "timeout", "log"}``."""
+            replay_ids: list[str] | None = None, traces: dict[str, Any] | None = None, select: list[str] | None = None,
+            cover: bool = False) -> dict[str, Any]:
+        """The suite (or the ``select``ed tests) on the workspace with ``files`` written in
+        (then restored): ``{"report", "replay", "traces", "cover", "timeout", "log"}``."""
         packages = " ".join(f"--package /workspace/{_quote(p)}" for p in self.project.package_paths)
         args = " ".join(_quote(a) for a in self.project.pytest_args())
-        steps = ["rm -f /tmp/envkit-out.json /tmp/envkit-replay.json"]
+        steps = ["rm -f /tmp/envkit-out.json /tmp/envkit-replay.json /tmp/envkit-cover.json"]
+        options = ""
         if trace_ids is not None:
             self.sandbox.put_file("/tmp/envkit-trace-ids.txt", "\n".join(trace_ids).encode())
-            steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json --ids /tmp/envkit-trace-ids.txt "
-                         f"--trace /tmp/envkit-traces.json {packages} -- {args} >/tmp/envkit-log.txt 2>&1")
-        else:
-            steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json -- {args} >/tmp/envkit-log.txt 2>&1")
+            options += f" --ids /tmp/envkit-trace-ids.txt --trace /tmp/envkit-traces.json {packages}"
+        elif cover:
+            options += f" --cover /tmp/envkit-cover.json {packages}"
+        if select is not None:
+            self.sandbox.put_file("/tmp/envkit-select.txt", "\n".join(select).encode())
+            options += " --select /tmp/envkit-select.txt"
+        steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json{options} -- {args} >/tmp/envkit-log.txt 2>&1")
         if replay_ids:
             assert traces is not None
             self.sandbox.put_file("/tmp/envkit-replay-traces.json", json.dumps({t: traces[t] for t in replay_ids}).encode())
@@ -147,7 +174,8 @@ class SuiteBox:
                 self._restore(files)
         out: dict[str, Any] = {"timeout": res.timed_out or res.limit_hit is not None, "limit": res.limit_hit}
         for key, path in (("report", "/tmp/envkit-out.json"), ("replay", "/tmp/envkit-replay.json"),
-                          ("traces", "/tmp/envkit-traces.json" if trace_ids is not None else "")):
+                          ("traces", "/tmp/envkit-traces.json" if trace_ids is not None else ""),
+                          ("cover", "/tmp/envkit-cover.json" if cover else "")):
             if path:
                 try:
                     out[key] = json.loads(self.sandbox.get_file(path, max_bytes=64 << 20))
@@ -243,10 +271,33 @@ def baseline(boxes: Boxes, project: Project, progress: Progress) -> tuple[list[s
     return stable, figures
 
 
-def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float) -> Candidate:
-    """One suite run with the candidate's bug: which baseline tests it makes fail."""
+def coverage(boxes: Boxes, stable: set[str], progress: Progress) -> tuple[Coverage | None, float]:
+    """One traced run of the pristine suite: the map from functions to the stable tests whose
+    call runs them (None when that run fails: every check then runs the whole suite)."""
+    t = time.monotonic()
+    progress("coverage", 0, 1)
+    with boxes.one() as box:
+        out = box.run({}, MAX_SUITE_S * 4 + 30, cover=True)
+    progress("coverage", 1, 1)
+    data = out.get("cover")
+    if not data or out["timeout"]:
+        return None, round(time.monotonic() - t, 2)
+
+    def rel(key: str) -> str:
+        return key.removeprefix("/workspace/")
+    functions = {rel(k): set(v) & stable for k, v in data["functions"].items()}
+    return Coverage(functions, {rel(k) for k in data["outside"]}), round(time.monotonic() - t, 2)
+
+
+def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, cover: Coverage | None = None) -> Candidate:
+    """One run with the candidate's bug, of the tests that run the changed functions (all
+    of them without a map): which of those it makes fail."""
     assert cand.mutation is not None
-    out = box.run(cand.mutation.files, cap_s)
+    cand.selected = cover.tests_for(cand.sites) if cover is not None else None
+    if cand.selected is not None and not cand.selected:
+        cand.drop = "no test runs the changed function"
+        return cand
+    out = box.run(cand.mutation.files, cap_s, select=sorted(cand.selected) if cand.selected is not None else None)
     report = out.get("report")
     if out["timeout"]:
         cand.drop = f"ran past its cap ({cap_s:.0f} s)" if out["limit"] == "command_timeout" else f"hit a limit: {out['limit']}"
@@ -258,7 +309,8 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float) -> Can
         cand.drop = "collection fails"
         return cand
     tests = _outcomes(report)
-    cand.fail_to_pass = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
+    ran = stable if cand.selected is None else cand.selected
+    cand.fail_to_pass = sorted(t for t in ran if tests.get(t, {}).get("outcome") != "passed")
     cand.messages = {t: str(tests.get(t, {}).get("message", "not run")) for t in cand.fail_to_pass}
     if not cand.fail_to_pass:
         cand.drop = "no test fails"
@@ -266,8 +318,8 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float) -> Can
 
 
 def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, traces: dict[str, Any]) -> Candidate:
-    """The second run (the same tests must fail) and the replay of the failing tests' calls on
-    the bug (one must differ from the pristine project's)."""
+    """The second run, of the whole suite (the same tests must fail), and the replay of the
+    failing tests' calls on the bug (one must differ from the pristine project's)."""
     assert cand.mutation is not None
     ids = [t for t in spread(cand.fail_to_pass, MAX_F2P_STORED * 2) if traces.get(t)]
     out = box.run(cand.mutation.files, cap_s, replay_ids=ids, traces=traces)
@@ -275,6 +327,9 @@ def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, trac
     again = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
     if out["timeout"] or out.get("report") is None:
         cand.drop = "the second run did not finish"
+    elif cand.selected is not None and set(again) - cand.selected and set(cand.fail_to_pass) <= set(again):
+        cand.drop = ("tests the coverage map does not link to the changed function fail too (they run it in another "
+                     "process or share its results)")
     elif again != cand.fail_to_pass:
         cand.drop = f"flaky: the second run failed {len(again)} tests, the first {len(cand.fail_to_pass)}"
     elif not ids:
@@ -507,6 +562,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         stable = set(stable_list)
         cap_s = max(5.0, 4 * max(figures["runs_s"]) + 2)
         timings["baseline_s"] = round(time.monotonic() - t, 2)
+        cover, timings["coverage_s"] = coverage(boxes, stable, progress)
         chunk = 4 * jobs
         done = [0]
 
@@ -533,7 +589,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                 if c.mutation is None:
                     c.drop = "the change does not make a different, valid module"
             todo = [c for c in batch if c.drop is None]
-            boxes.map(lambda box, c: check(box, c, stable, cap_s), todo, tick("candidates", len(chosen)))
+            boxes.map(lambda box, c: check(box, c, stable, cap_s, cover), todo, tick("candidates", len(chosen)))
             for c in todo:
                 if c.drop is None:
                     key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
@@ -567,7 +623,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                 c.drop = "the change does not make a different, valid module"
         extra_todo = [c for c in extra if c.drop is None]
         done[0] = 0
-        boxes.map(lambda box, c: check(box, c, stable, cap_s), extra_todo, tick("combos", len(extra_todo) * 2))
+        boxes.map(lambda box, c: check(box, c, stable, cap_s, cover), extra_todo, tick("combos", len(extra_todo) * 2))
         extra_ok = [c for c in extra_todo if c.drop is None]
         boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
         cands += extra
@@ -653,6 +709,12 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                        "checked_not_confirmed": not_confirmed, "kept": len(kept), "tasks": len(tasks),
                        "dropped": dict(drops.most_common()), "by_family": by_family},
         "traces": {"tests": len(traces), "stored": len(used), "cut": cut},
+        "coverage": None if cover is None else {
+            "functions": len(cover.functions), "outside": len(cover.outside),
+            "first_checks_whole_suite": sum(1 for c in cands if c.mutation is not None and c.selected is None
+                                            and c.drop != "the change does not make a different, valid module"),
+            "tests_per_first_check": round(statistics.fmean(len(c.selected) for c in cands if c.selected), 1)
+            if any(c.selected for c in cands) else None},
         "writer": dict(rewrites) if writer else None,
         "timings": timings | {"total_s": seconds},
         "tasks": records,

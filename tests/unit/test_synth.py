@@ -17,6 +17,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -249,6 +250,60 @@ def test_traces_replay_on_the_pristine_code_and_tell_a_bug_apart(minicalc: Path,
     failed = {t: m for t, m in json.loads(replayed.read_text()).items() if m[1] is not None}
     assert list(failed) == ["tests/test_core.py::test_stack"]
     assert failed["tests/test_core.py::test_stack"][1]["call"] == "<object 1>.peek"
+
+
+def test_the_coverage_map_links_each_test_to_the_functions_its_call_runs(minicalc: Path, tmp_path: Path):
+    src = minicalc / "src"
+    out, cover = tmp_path / "out.json", tmp_path / "cover.json"
+    args = ("--", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "tests")
+    _suite(src, minicalc, "run", "--out", str(out), "--cover", str(cover), "--package", str(src / "minicalc"), *args)
+    functions = json.loads(cover.read_text())["functions"]
+    core = str(src / "minicalc" / "core.py")
+    assert functions[f"{core}:mean"] == ["tests/test_core.py::test_mean", "tests/test_core.py::test_mean_of_nothing"]
+    assert "tests/test_core.py::test_stack" in functions[f"{core}:Stack.peek"]
+    assert not any(t.endswith("test_mean") for t in functions[f"{core}:Stack.peek"])
+    assert all(t.startswith("tests/test_core.py::test_chunks") for t in functions[f"{core}:chunks"])  # a generator
+    assert json.loads(out.read_text())["collected"] == 22  # the map does not change the outcomes
+
+    # --select runs the listed tests only
+    chosen = tmp_path / "select.txt"
+    chosen.write_text("tests/test_core.py::test_mean\ntests/test_core.py::test_stack\n")
+    _suite(src, minicalc, "run", "--out", str(out), "--select", str(chosen), *args)
+    assert sorted(json.loads(out.read_text())["tests"]) == ["tests/test_core.py::test_mean", "tests/test_core.py::test_stack"]
+
+
+def test_a_check_runs_the_tests_that_run_the_changed_functions_or_all_of_them():
+    from envkit.synth.mutate import Mutation, Site
+    from envkit.synth.pipeline import Candidate, Coverage, check
+
+    cover = Coverage({"src/m.py:f": {"t::a", "t::b"}, "src/m.py:K.g": {"t::c"}, "src/m.py:h": {"t::d"}}, {"src/m.py:h"})
+    stable = {"t::a", "t::b", "t::c", "t::d"}
+
+    def site(function: str) -> Site:
+        return Site("src/m.py", function, "comparison", 1, 0)
+
+    def cand(function: str) -> Candidate:
+        return Candidate([site(function)], mutation=Mutation([site(function)], {"src/m.py": "changed"}))
+    assert cover.tests_for([site("f")]) == {"t::a", "t::b"}
+    assert cover.tests_for([site("f"), site("K.g")]) == {"t::a", "t::b", "t::c"}  # a combination: the union
+    assert cover.tests_for([site("f"), site("h")]) is None  # h also runs outside a test's call: every test
+    assert cover.tests_for([site("never")]) == set()
+
+    runs: list[list[str] | None] = []
+
+    class Box:  # t::b fails, every other test that runs passes
+        def run(self, files: dict[str, str], cap_s: float, select: list[str] | None = None) -> dict:
+            runs.append(select)
+            tests = {t: {"outcome": "failed" if t == "t::b" else "passed"} for t in (select or sorted(stable))}
+            return {"timeout": False, "limit": None, "report": {"tests": tests}}
+    box: Any = Box()
+    assert check(box, cand("never"), stable, 5, cover).drop == "no test runs the changed function" and runs == []
+    ran = check(box, cand("f"), stable, 5, cover)
+    assert runs == [["t::a", "t::b"]] and ran.fail_to_pass == ["t::b"] and ran.drop is None
+    whole = check(box, cand("h"), stable, 5, cover)
+    assert runs[-1] is None and whole.selected is None and whole.fail_to_pass == ["t::b"]
+    assert check(box, cand("K.g"), stable, 5, cover).drop == "no test fails" and runs[-1] == ["t::c"]
+    assert check(box, cand("f"), stable, 5).selected is None and runs[-1] is None  # no map: the whole suite
 
 
 def test_the_comparison_is_strict_about_types_and_blind_to_order_and_addresses():

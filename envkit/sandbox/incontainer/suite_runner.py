@@ -1,6 +1,7 @@
 """Run a project's own tests and report each test's outcome as JSON (inside the sandbox).
 
-    python3 suite_runner.py [--path DIR] run --out FILE [--ids FILE] [--trace FILE --package PATH...] -- PYTEST_ARGS...
+    python3 suite_runner.py [--path DIR] run --out FILE [--ids FILE] [--select FILE] [--trace FILE | --cover FILE]
+        [--package PATH...] -- PYTEST_ARGS...
     python3 suite_runner.py [--path DIR] replay --traces FILE --ids FILE --out FILE
 
 It always runs as ``python3 -S`` with PYTHONPATH unset (it starts itself again so): the site
@@ -14,7 +15,11 @@ first lines of its crash message; collection errors are listed apart. With ``--i
 the listed tests' outcomes are written: ``{"not_passed": [ids], "collected": N,
 "collection_errors": [...]}``. With ``--trace``, the calls each test makes into the
 package (``--package``: the package's folders or module files) are recorded
-(calltrace.Recorder) and written as ``{id: [steps]}``.
+(calltrace.Recorder) and written as ``{id: [steps]}``. With ``--select``, only the listed
+tests run (the others are collected, then deselected). With ``--cover``, the package's
+functions each test's call runs are written as ``{"functions": {"FILE:QUALNAME": [ids]},
+"outside": [...]}``; "outside" holds those run anywhere else (imports, collection, fixtures,
+teardown), whose results any test may share.
 
 ``replay`` makes each listed test's recorded calls again, each test in a fresh process,
 and writes ``{id: [checked, mismatch]}``.
@@ -38,8 +43,10 @@ MESSAGE_CHARS = 400
 class Outcomes:
     """A pytest plugin: each test's outcome, duration and crash message."""
 
-    def __init__(self, recorder=None, traced=None):
+    def __init__(self, recorder=None, traced=None, select=None, cover=None):
         self.tests = {}
+        self.select = select
+        self.cover = cover
         self.collection_errors = []
         self.recorder = recorder
         self.traced = traced
@@ -55,6 +62,12 @@ class Outcomes:
             seen.setdefault(_stable_id(item), []).append(item.nodeid)
         self.names = {nodes[0]: key for key, nodes in seen.items() if len(nodes) == 1}
         self.ambiguous = sorted(key for key, nodes in seen.items() if len(nodes) > 1)
+        if self.select is not None:
+            keep = [item for item in items if self.names.get(item.nodeid) in self.select]
+            gone = [item for item in items if self.names.get(item.nodeid) not in self.select]
+            if gone:
+                config.hook.pytest_deselected(items=gone)
+            items[:] = keep
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -80,9 +93,62 @@ class Outcomes:
         if self._traced(item):
             self.recorder.start()
 
-    def pytest_runtest_teardown(self, item):
+    def pytest_runtest_call(self, item):  # runs before the test function is called
+        if self.cover is not None:
+            self.cover.enter(self.names.get(item.nodeid))
+
+    def pytest_runtest_teardown(self, item):  # before the fixtures' finalizers
+        if self.cover is not None:
+            self.cover.enter(None)
         if self._traced(item):
             self.traces[self.names[item.nodeid]] = self.recorder.stop()
+
+
+class Cover:
+    """Which of the package's functions each test's call runs: a trace function that sees
+    only frames being entered (it returns None, so no line events), keyed by file and
+    qualified name with ``<locals>``, lambdas and comprehensions folded into their function."""
+
+    def __init__(self, packages):
+        self.roots = tuple(os.path.abspath(p) for p in packages)
+        self.keys = {}
+        self.current = self.outside = set()
+        self.by_test = {}
+
+    def enter(self, test):
+        self.current = self.outside if test is None else self.by_test.setdefault(test, set())
+
+    def _key(self, code):
+        name = code.co_filename
+        if not any(name == r or name.startswith(r + os.sep) for r in self.roots):
+            return None
+        parts = [p for p in code.co_qualname.split(".") if not p.startswith("<")]
+        return f"{name}:{'.'.join(parts)}" if parts else None
+
+    def trace(self, frame, event, arg):
+        code = frame.f_code
+        key = self.keys.get(code, 0)
+        if key == 0:
+            key = self.keys[code] = self._key(code)
+        if key is not None:
+            self.current.add(key)
+
+    def start(self):
+        import threading
+
+        threading.settrace(self.trace)
+        sys.settrace(self.trace)
+
+    def stop(self):
+        import threading
+
+        sys.settrace(None)
+        threading.settrace(None)
+        functions = {}
+        for test, keys in sorted(self.by_test.items()):
+            for key in keys:
+                functions.setdefault(key, []).append(test)
+        return {"functions": functions, "outside": sorted(self.outside)}
 
 
 def _stable_id(item):
@@ -126,6 +192,8 @@ def run(argv, pytest_args):
     parser.add_argument("--out", required=True)
     parser.add_argument("--ids")
     parser.add_argument("--trace")
+    parser.add_argument("--cover")
+    parser.add_argument("--select")
     parser.add_argument("--package", action="append", default=[])
     args = parser.parse_args(argv)
     ids = _read_ids(args.ids) if args.ids else None
@@ -134,14 +202,23 @@ def run(argv, pytest_args):
         from calltrace import Recorder
 
         recorder = Recorder(args.package, [os.getcwd()])
+    cover = Cover(args.package) if args.cover else None
     import pytest
 
-    plugin = Outcomes(recorder, set(ids) if ids is not None and recorder is not None else None)
+    plugin = Outcomes(recorder, set(ids) if ids is not None and recorder is not None else None,
+                      set(_read_ids(args.select)) if args.select else None, cover)
     t0 = time.monotonic()
-    code = pytest.main(["-p", "no:cacheprovider", *pytest_args], plugins=[plugin])
+    if cover is not None:
+        cover.start()
+    try:
+        code = pytest.main(["-p", "no:cacheprovider", *pytest_args], plugins=[plugin])
+    finally:
+        covered = cover.stop() if cover is not None else None
     seconds = round(time.monotonic() - t0, 3)
     if args.trace:
         _write(args.trace, plugin.traces)
+    if covered is not None:
+        _write(args.cover, covered)
     report = {"exit": int(code), "seconds": seconds, "collected": len(plugin.tests),
               "collection_errors": plugin.collection_errors[:50], "ambiguous": len(plugin.ambiguous)}
     if ids is None:
