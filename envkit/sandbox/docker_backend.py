@@ -5,6 +5,35 @@ Threat model
 
 The agent is an untrusted program that runs shell commands in the sandbox as uid 1000.
 
+Runtimes
+--------
+
+Every sandbox runs under one of two OCI runtimes, ``SandboxLimits.runtime``:
+
+* ``runc``: the engine's default; Linux namespaces and cgroups on the host kernel.
+* ``gvisor``: gVisor's ``runsc`` (the engine's name for it, :data:`envkit.sandbox.runtimes.ENGINE_NAMES`;
+  ``scripts/gvisor.sh``, run by ``scripts/setup.sh``, registers it with ``--network=none
+  --cgroupfs``). The agent's system calls are served by gVisor's user-space kernel, the sentry,
+  not by the host kernel.
+
+:func:`envkit.sandbox.runtimes.choose_runtime` decides, first answer wins: ``--runtime``,
+``ENVKIT_RUNTIME``, the user's ``~/.config/envkit/config.toml`` (``[runtime] pulled`` /
+``local``), the spec's ``[limits] runtime`` (a pulled environment may ask for ``gvisor``, never
+for ``runc``), then the default: an environment ``envkit pull`` unpacked runs under gVisor (under
+runc, with a warning, when the engine lists no ``runsc``), a local folder under runc. gVisor
+asked for explicitly where the engine lacks it is exit 2, and gVisor with ``network = "bridge"``
+is refused (the registered runtime has no network). :func:`limit_options` turns the choice into
+the container's options.
+
+What gVisor changes here (docs/architecture.md, "Runtimes: runc and gVisor", has the measured
+figures): the host pids limit is ``gvisor_host_pids`` (room for the sentry, the gofer and a
+stub per guest task) and the spec's ``pids`` is enforced inside the sandbox by the command
+channel (RLIMIT_NPROC per user and a pids cgroup of gVisor's cgroupfs; hits are sampled, not
+counted by the kernel); the memory limit is ``memory_mb`` plus ``GVISOR_MEMORY_OVERHEAD_MB``
+and no ``oom_score_adj`` is set, so the host's OOM killer may take the sentry, which stops the
+whole sandbox (``model_failure:oom``); any user in the sandbox can read other users'
+``/proc/PID`` cmdline, environ, maps and fd lists.
+
 Covered (each has an adversarial test in ``tests/integration/test_sandbox_adversarial.py``):
 
 * **Runaway time**: at the spec's ``command_timeout_s`` a command's process group gets TERM,
@@ -13,8 +42,9 @@ Covered (each has an adversarial test in ``tests/integration/test_sandbox_advers
   a command holds its output open past the deadline (e.g. a ``setsid`` child).
 * **Memory**: the container's memory cgroup is capped at ``memory_mb`` with no swap; an OOM
   kill inside it is detected (cgroup ``oom_kill`` counter) and reported as ``oom``.
-* **Processes**: ``pids`` caps the cgroup, so a fork bomb stalls inside its own sandbox and
-  is reported as ``pids_limit``; it is cleared by killing the agent's processes.
+* **Processes**: ``pids`` caps the cgroup (under gVisor: the agent's pids cgroup inside the
+  sandbox, see "Runtimes"), so a fork bomb stalls inside its own sandbox and is reported as
+  ``pids_limit``; it is cleared by killing the agent's processes.
 * **Disk**: the root filesystem is read-only; the only writable places are tmpfs mounts
   (``/workspace`` at ``disk_mb``, ``/tmp``, ``/home/agent``, a small ``/dev/shm``), so
   filling them fails with ENOSPC inside the sandbox and never touches the host's disk.
@@ -55,9 +85,11 @@ Covered (each has an adversarial test in ``tests/integration/test_sandbox_advers
 
 Not covered:
 
-* Kernel exploits: containers share the host kernel (gVisor, ``runtime = "runsc"``, is the
-  stronger option for untrusted code; not wired in: with this machine's gVisor a pids limit
-  kills the whole sandbox, see docs/architecture.md, "Sandboxes").
+* Kernel exploits under runc: a runc sandbox shares the host kernel (its system calls
+  filtered by Docker's default seccomp profile). Under gVisor the sentry serves them, so a host
+  kernel bug is not a way out; a bug in gVisor itself is not covered. Untrusted code should run
+  under gVisor: ``--runtime gvisor``, ``[runtime]`` in the user's config, or the spec's
+  ``[limits] runtime = "gvisor"`` (pulled environments get it by default).
 * CPU fairness beyond ``cpus`` (a quota, not an isolation guarantee), disk I/O bandwidth,
   and side channels.
 * ``network = "bridge"`` gives the sandbox ordinary outbound access: use it only for
