@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,6 +222,42 @@ class Boxes:
         with ThreadPoolExecutor(max_workers=len(self.all)) as pool:
             return list(pool.map(work, items))
 
+    def until(self, fn: Callable[[SuiteBox, Any], Any], items: list[Any], *, settle: Callable[[Any], None],
+              enough: Callable[[], bool], progress: Callable[[], None]) -> int:
+        """``fn`` over ``items`` in their order, each started the moment a box frees (no box
+        waits for another's straggler); ``settle`` takes each item's result in order, and no
+        item is started once ``enough()`` holds after one. Returns how many items count (a
+        prefix): those beyond it that had started are left out, so what counts does not
+        depend on which run finished first."""
+        box_count = len(self.all)
+        finished: set[int] = set()
+        counted, started = 0, 0
+
+        def work(i: int) -> None:
+            with self.one() as box:
+                try:
+                    fn(box, items[i])
+                finally:
+                    progress()
+        with ThreadPoolExecutor(max_workers=box_count) as pool:
+            running: dict[Future[None], int] = {}
+            stop = False
+            while True:
+                while not stop and started < len(items) and len(running) < box_count:
+                    running[pool.submit(work, started)] = started
+                    started += 1
+                if not running:
+                    break
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    finished.add(running.pop(f))
+                    f.result()
+                while not stop and counted in finished:
+                    settle(items[counted])
+                    counted += 1
+                    stop = enough()
+        return counted
+
 
 # -- the pipeline ---------------------------------------------------------------------------------
 
@@ -289,7 +325,26 @@ def coverage(boxes: Boxes, stable: set[str], progress: Progress) -> tuple[Covera
     return Coverage(functions, {rel(k) for k in data["outside"]}), round(time.monotonic() - t, 2)
 
 
-def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, cover: Coverage | None = None) -> Candidate:
+@dataclass
+class Caps:
+    """How long a check may run: the whole suite's cap (``whole_s``: 4x its slowest baseline
+    run + 2 s, at least 5 s), or for selected tests 4x what they took in the baseline plus the
+    suite's start-up (collection, imports: the baseline run less its tests' own time) + 2 s,
+    at least 3 s. A bug that loops costs its cap, so the cap follows what the check runs."""
+
+    whole_s: float
+    baseline_s: float
+    durations: dict[str, float]
+
+    def for_tests(self, selected: set[str] | None) -> float:
+        if selected is None:
+            return self.whole_s
+        startup = max(0.0, self.baseline_s - sum(self.durations.values()))
+        own = sum(self.durations.get(t, 0.0) for t in selected)
+        return min(self.whole_s, max(3.0, 4 * (startup + own) + 2))
+
+
+def check(box: SuiteBox, cand: Candidate, stable: set[str], caps: Caps | float, cover: Coverage | None = None) -> Candidate:
     """One run with the candidate's bug, of the tests that run the changed functions (all
     of them without a map): which of those it makes fail."""
     assert cand.mutation is not None
@@ -297,6 +352,7 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, cover:
     if cand.selected is not None and not cand.selected:
         cand.drop = "no test runs the changed function"
         return cand
+    cap_s = caps.for_tests(cand.selected) if isinstance(caps, Caps) else caps
     out = box.run(cand.mutation.files, cap_s, select=sorted(cand.selected) if cand.selected is not None else None)
     report = out.get("report")
     if out["timeout"]:
@@ -561,9 +617,9 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         stable_list, figures = baseline(boxes, project, progress)
         stable = set(stable_list)
         cap_s = max(5.0, 4 * max(figures["runs_s"]) + 2)
+        caps = Caps(cap_s, max(figures["runs_s"]), figures["durations"])
         timings["baseline_s"] = round(time.monotonic() - t, 2)
         cover, timings["coverage_s"] = coverage(boxes, stable, progress)
-        chunk = 4 * jobs
         done = [0]
 
         def tick(stage: str, total: int) -> Callable[[], None]:
@@ -578,26 +634,28 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         all_sites = mutate.sites(project.root, project.source_files())
         chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
         queue_ = [Candidate(sites) for sites in chosen]
-        cands: list[Candidate] = []
         seen: set[tuple[str, ...]] = set()
-        checked: list[Candidate] = []
-        while queue_ and sum(c.drop is None for c in checked) < 2 * max_tasks:
-            batch, queue_ = queue_[:chunk], queue_[chunk:]
-            cands += batch
-            for c in batch:
-                c.mutation = mutate.apply(project.root, c.sites)
-                if c.mutation is None:
-                    c.drop = "the change does not make a different, valid module"
-            todo = [c for c in batch if c.drop is None]
-            boxes.map(lambda box, c: check(box, c, stable, cap_s, cover), todo, tick("candidates", len(chosen)))
-            for c in todo:
-                if c.drop is None:
-                    key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
-                    if key in seen:
-                        c.drop = "duplicate (same function, same failing tests)"
-                    seen.add(key)
-            checked += todo
-        untried = len(queue_)
+        passed = [0]
+
+        def first_check(box: SuiteBox, c: Candidate) -> None:
+            c.mutation = mutate.apply(project.root, c.sites)
+            if c.mutation is None:
+                c.drop = "the change does not make a different, valid module"
+            else:
+                check(box, c, stable, caps, cover)
+
+        def dedupe(c: Candidate) -> None:  # in the seeded order
+            if c.drop is None:
+                key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
+                if key in seen:
+                    c.drop = "duplicate (same function, same failing tests)"
+                seen.add(key)
+            passed[0] += c.drop is None
+        counted = boxes.until(first_check, queue_, settle=dedupe, enough=lambda: passed[0] >= 2 * max_tasks,
+                              progress=tick("candidates", len(chosen)))
+        cands: list[Candidate] = queue_[:counted]
+        checked = [c for c in cands if c.drop != "the change does not make a different, valid module"]
+        untried = len(queue_) - counted
         timings["candidates_s"] = round(time.monotonic() - t, 2)
 
         # traces of the failing tests, then confirmation, in the order tasks are chosen (round-robin
@@ -608,11 +666,10 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
         done[0] = 0
         kept: list[Candidate] = []
-        unconfirmed = list(survivors)
-        while unconfirmed and len(kept) < max_tasks:
-            batch, unconfirmed = unconfirmed[:chunk], unconfirmed[chunk:]
-            boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), batch, tick("confirm", len(survivors)))
-            kept += [c for c in batch if c.drop is None]
+        counted = boxes.until(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors,
+                              settle=lambda c: kept.append(c) if c.drop is None else None,
+                              enough=lambda: len(kept) >= max_tasks, progress=tick("confirm", len(survivors)))
+        unconfirmed = survivors[counted:]
         not_confirmed = len(unconfirmed)  # checked, but enough were confirmed before them: left out of the yields
         unconfirmed_ids = {id(c) for c in unconfirmed}
         cands = [c for c in cands if id(c) not in unconfirmed_ids]
@@ -623,7 +680,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                 c.drop = "the change does not make a different, valid module"
         extra_todo = [c for c in extra if c.drop is None]
         done[0] = 0
-        boxes.map(lambda box, c: check(box, c, stable, cap_s, cover), extra_todo, tick("combos", len(extra_todo) * 2))
+        boxes.map(lambda box, c: check(box, c, stable, caps, cover), extra_todo, tick("combos", len(extra_todo) * 2))
         extra_ok = [c for c in extra_todo if c.drop is None]
         boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
         cands += extra

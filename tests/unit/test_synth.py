@@ -306,6 +306,28 @@ def test_a_check_runs_the_tests_that_run_the_changed_functions_or_all_of_them():
     assert check(box, cand("f"), stable, 5).selected is None and runs[-1] is None  # no map: the whole suite
 
 
+def test_checks_start_as_boxes_free_and_what_counts_is_a_prefix_of_the_seeded_order():
+    import random
+    import time as time_
+
+    from envkit.synth.pipeline import Boxes, Caps
+
+    def run_once(delays: list[float]) -> tuple[int, list[int]]:
+        settled: list[int] = []
+        counted = Boxes([object(), object()]).until(  # type: ignore[list-item]
+            lambda _box, i: time_.sleep(delays[i]), list(range(12)), settle=settled.append,
+            enough=lambda: sum(1 for i in settled if i % 3 == 0) >= 2, progress=lambda: None)
+        return counted, settled
+    rng = random.Random(0)
+    for _ in range(5):  # 0 and 3 pass: enough after the 4th item, whichever run finished first
+        assert run_once([rng.uniform(0, 0.02) for _ in range(12)]) == (4, [0, 1, 2, 3])
+
+    caps = Caps(whole_s=22.0, baseline_s=5.0, durations={"a": 0.1, "b": 0.2, "c": 3.0})
+    assert caps.for_tests(None) == 22.0
+    assert caps.for_tests({"a"}) == pytest.approx(4 * (5.0 - 3.3 + 0.1) + 2)  # start-up + its own time, x4, + 2 s
+    assert caps.for_tests({"a", "b", "c"}) == 22.0 and Caps(6.0, 0.2, {"a": 0.05}).for_tests({"a"}) == 3.0
+
+
 def test_the_comparison_is_strict_about_types_and_blind_to_order_and_addresses():
     same = calltrace.same
     assert not same(1, 1.0) and not same(True, 1) and not same({"$t": [1]}, [1])
