@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from envkit.errors import InfraFailure, ModelFailure, UserError, VerifierFailure
-from envkit.runtime import EnvRuntime, Episode, EpisodeResult
+from envkit.runtime import EnvRuntime, Episode, EpisodeResult, GivenSandbox, NewSandbox
 from envkit.sandbox import Sandbox
 from envkit.spec import Task
 
@@ -78,43 +78,25 @@ def parse_agent(text: str) -> Agent:
 
 
 def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None = None) -> EpisodeResult:
-    """Run one episode. Infra and verifier failures come back as results, never raise."""
+    """Run one episode on a new sandbox (or the caller's ``sandbox``, kept). Infra and verifier
+    failures come back as results, never raise."""
     t0 = time.monotonic()
-    result = _run_episode(runtime, task, seed, agent, sandbox)
+    sandboxes = NewSandbox(runtime.backend) if sandbox is None else GivenSandbox(sandbox)
+    try:
+        episode = runtime.start(task, seed, sandboxes, agent=agent.name)
+    except (InfraFailure, VerifierFailure) as failure:
+        failed: Episode | None = getattr(failure, "episode", None)  # the reset failed: its timings and state hash
+        result = failed.result(None, failure, {}) if failed is not None else EpisodeResult(
+            env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed, agent=agent.name, reward=None,
+            outcome=failure.outcome.label, evidence=failure.evidence, state_hash="", runtime=runtime.limits.runtime)
+    else:
+        with episode:  # released, whatever happens
+            try:
+                agent.act(episode)
+            except ModelFailure:
+                pass  # what the episode recorded stands; the reward still comes from the verifier
+            except (InfraFailure, VerifierFailure) as failure:
+                episode.failure = failure
+            result = episode.finish() if episode.failure is None else episode.result(None, episode.failure, {})
     result.timings["episode_s"] = round(time.monotonic() - t0, 4)
     return result
-
-
-def _run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None) -> EpisodeResult:
-    own = sandbox is None
-    t0 = time.monotonic()
-    episode: Episode | None = None
-    try:
-        if sandbox is None:
-            sandbox = runtime.backend.create()
-        acquire_s = round(time.monotonic() - t0, 4)
-        episode = runtime.episode(task, seed, sandbox, agent.name)
-        episode.timings["sandbox_acquire_s"] = acquire_s
-        episode.reset()
-        try:
-            agent.act(episode)
-        except ModelFailure:
-            pass  # recorded on the episode; the reward still comes from the verifier
-        verdict = episode.verify()
-        return episode.result(verdict.reward, None, verdict.details)
-    except (InfraFailure, VerifierFailure) as failure:
-        if episode is None:
-            episode = runtime.episode(task, seed, sandbox, agent.name) if sandbox is not None else None
-        if episode is None:
-            return EpisodeResult(env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed,
-                                 agent=agent.name, reward=None, outcome=failure.outcome.label,
-                                 evidence=failure.evidence, state_hash="", runtime=runtime.limits.runtime)
-        return episode.result(None, failure, {})
-    finally:
-        if episode is not None:
-            episode.close()
-        if own and sandbox is not None:
-            try:
-                sandbox.destroy()
-            except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
-                pass

@@ -25,7 +25,8 @@ The reward is 0.0 until the episode ends, then the verifier's score. ``terminate
 ended it (answer, submit) or a model failure made going on impossible; ``truncated``: the
 turn limit (``max_turns``, default the spec's) or the episode's time limit. ``info`` carries the
 task, seed, state hash, available tools, the turn and, at the end, the outcome (``ok`` or
-``model_failure:<kind>``) and the verifier's details.
+``model_failure:<kind>``, ``turn_limit`` when the turns ran out) and the verifier's details.
+The episode's lifecycle is :class:`envkit.runtime.Episode`'s, as in every other driver.
 
 Infra failures (the sandbox or the engine failing) are not the agent's doing and are raised as
 :class:`~envkit.errors.InfraFailure`, never folded into a reward. A sandbox is created on the
@@ -40,13 +41,12 @@ from typing import Any, Literal
 
 import gymnasium
 
-from envkit.errors import EnvkitError, InfraFailure, ModelFailure, UserError
-from envkit.runtime import MAX_COMMAND_BYTES, TOOL_ARGUMENTS, EnvRuntime, Episode
+from envkit.errors import EnvkitError, UserError
+from envkit.runtime import MAX_COMMAND_BYTES, TOOL_ARGUMENTS, EnvRuntime, Episode, KeptSandbox
 from envkit.tools import tool_schemas
 
 __all__ = ["EnvCheckError", "EnvkitEnv", "InvalidAction", "ResetNeeded", "TextSpace", "check_env", "make"]
 
-_TIME_LIMITS = ("episode_timeout",)
 _MAX_TEXT = 1 << 20  # characters of one observation or action
 
 
@@ -95,9 +95,8 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
         spec = runtime.env.spec
         self.tools = [t for t in spec.tools.enabled if t in TOOL_ARGUMENTS] + ["answer", "submit"]
         self.max_turns = max_turns or spec.limits.max_turns
-        self._sandbox: Any = None
+        self._sandboxes = KeptSandbox(runtime.backend)
         self._episode: Episode | None = None
-        self._turns = 0
         if task is not None:
             self._task(task)
 
@@ -113,7 +112,8 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
     @property
     def sandbox_id(self) -> str | None:
         """The ID of the sandbox this environment holds (None before the first reset)."""
-        return getattr(self._sandbox, "id", None) if self._sandbox is not None else None
+        sandbox = self._sandboxes.sandbox
+        return getattr(sandbox, "id", None) if sandbox is not None else None
 
     def _task(self, task_id: str) -> Any:
         tasks = {t.id: t for t in self.runtime.env.tasks}
@@ -136,20 +136,12 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
         tasks = self.runtime.env.tasks
         task = self._task(task_id) if task_id is not None else tasks[seed % len(tasks)]
         self._end_episode()
-        for attempt in range(2):
-            if self._sandbox is None:
-                self._sandbox = self.runtime.backend.create()
-            episode = self.runtime.episode(task, seed, self._sandbox, "python")
-            try:
-                reset = episode.reset()
-                break
-            except InfraFailure:
-                self._drop_sandbox()  # a broken sandbox is replaced once
-                if attempt:
-                    raise
-        self._episode, self._turns = episode, 0
-        info = {"env": self.ref, "task_id": task.id, "seed": seed, "state_hash": reset.state_hash, "tools": list(self.tools),
-                "max_turns": self.max_turns}
+        # a broken sandbox is replaced once
+        episode = self.runtime.start(task, seed, self._sandboxes, agent="python", retries=1, max_turns=self.max_turns)
+        self._episode = episode
+        assert episode.reset_result is not None
+        info = {"env": self.ref, "task_id": task.id, "seed": seed, "state_hash": episode.reset_result.state_hash,
+                "tools": list(self.tools), "max_turns": self.max_turns}
         return task.instruction, info
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -157,25 +149,17 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
         if episode is None:
             raise ResetNeeded("no episode is running (it ended, or reset() was never called)", "call env.reset() first")
         tool, args = self._parse(action)
-        self._turns += 1
-        info: dict[str, Any] = {"turn": self._turns}
         if tool == "submit":
-            return self._finish("", terminated=True, info=info)
-        try:
-            obs = episode.act(tool, args)
-        except ModelFailure as failure:
-            return self._finish(f"error: {failure.message}", terminated=failure.kind not in _TIME_LIMITS, info=info)
-        if tool == "answer":
-            return self._finish(obs, terminated=True, info=info)
-        if episode.model_failure is not None:
-            return self._finish(obs, terminated=episode.model_failure.kind not in _TIME_LIMITS, info=info)
-        if self._turns >= self.max_turns:
-            return self._finish(obs, terminated=False, info=info)
-        return obs, 0.0, False, False, info
+            return self._finish("", terminated=True, info={"turn": episode.turns + 1})
+        obs = episode.act(tool, args)
+        info: dict[str, Any] = {"turn": episode.turns}
+        if obs.over:
+            return self._finish(obs.text, terminated=obs.terminated, info=info)
+        return obs.text, 0.0, False, False, info
 
     def close(self) -> None:
         self._end_episode()
-        self._drop_sandbox()
+        self._sandboxes.close()
 
     def __enter__(self) -> EnvkitEnv:
         return self
@@ -215,24 +199,19 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
     def _finish(self, obs: str, *, terminated: bool, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         episode = self._episode
         assert episode is not None
-        verdict = episode.verify()
-        failure = episode.decisive_failure()
-        info.update(outcome=failure.outcome.label if failure else "ok", verifier=verdict.details)
-        self._end_episode()
-        return obs, float(verdict.reward), terminated, not terminated, info
+        self._episode = None
+        result = episode.finish()
+        if episode.failure is not None:  # not the agent's doing: raised, never folded into a reward
+            raise episode.failure
+        assert result.reward is not None
+        info.update(outcome=result.outcome, verifier=result.verifier)
+        return obs, float(result.reward), terminated, not terminated, info
 
     def _end_episode(self) -> None:
+        """An episode left unfinished (a new reset, close): its sandbox stays for the next one."""
         if self._episode is not None:
-            self._episode.close()
+            self._episode.release(reusable=True)
             self._episode = None
-
-    def _drop_sandbox(self) -> None:
-        if self._sandbox is not None:
-            try:
-                self._sandbox.destroy()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-            self._sandbox = None
 
 
 def make(ref: str, *, task: str | None = None, max_turns: int | None = None) -> EnvkitEnv:

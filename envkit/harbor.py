@@ -32,14 +32,13 @@ from typing import Any
 
 from envkit.errors import UserError
 from envkit.refs import NAME_RE, is_semver
-from envkit.spec import SPEC_FILE, LoadedEnvironment, load_environment
+from envkit.spec import SOLVE, SPEC_FILE, LoadedEnvironment, load_environment
 from envkit.staging import staged_folder
 
 __all__ = ["ImportReport", "TaskImport", "export_harbor", "import_harbor", "parse_base_map"]
 
 REPORT_FILE = "harbor-import.json"
 VERIFIER_COMMAND = "bash /tests/test.sh"
-SOLVE = "solve.sh"  # the reference solution, in a task's solution/ folder (envkit's oracle)
 _DIFFICULTIES = ("easy", "medium", "hard")
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 

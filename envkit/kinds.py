@@ -29,29 +29,42 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from envkit.bundle import Bundle
 from envkit.errors import ModelFailure, UserError, VerifierFailure
-from envkit.harbor import SOLVE
 from envkit.images import BuildResult
 from envkit.records import VerifyResult
-from envkit.sandbox import AGENT, VERIFIER, SandboxLimits
+from envkit.sandbox import AGENT, VERIFIER, ExecResult, SandboxLimits
 from envkit.sandbox.container import ContainerBackend
 from envkit.sandbox.docker_backend import DockerBackend
-from envkit.spec import EnvSpec, LoadedEnvironment, Task
+from envkit.spec import SOLVE, EnvSpec, LoadedEnvironment, Task
 from envkit.tools import TOOL_ARGUMENTS
-
-if TYPE_CHECKING:
-    from envkit.runtime import Episode
 
 __all__ = ["KINDS", "ContainerKind", "ContainerSandboxSpec", "EnvKind", "ImageKind", "ImageSandboxSpec", "SandboxSpec",
            "build", "kind_of"]
 
 ORACLE_PATH = "/tmp/envkit-oracle.sh"  # an image environment's oracle script, as the agent sees it
 ORACLE_PATCH = "/tmp/envkit-oracle.diff"  # or its patch
+
+
+class Player(Protocol):
+    """What an oracle plays through: an episode's task, environment folder, sandbox and the
+    agent's own tools (:class:`envkit.runtime.Episode`)."""
+
+    task: Task
+    sandbox: Any
+
+    @property
+    def root(self) -> Path: ...
+
+    def step(self, command: str) -> ExecResult: ...
+
+    def tool(self, tool: str, arguments: dict[str, Any]) -> str: ...
 
 
 # -- sandbox specs: picklable, enough to make sandboxes anywhere ------------------------------
@@ -118,9 +131,10 @@ class EnvKind(Protocol):
     def publish_identity(self, env: LoadedEnvironment, bundle: Bundle, *, oci: str | None) -> tuple[str, str]:
         """(image ID, base) a publication of ``bundle`` records; builds what it needs."""
 
-    def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult: ...
+    def verify(self, env: LoadedEnvironment, task: Task, seed: int, sandbox: Any, answer: str | None) -> VerifyResult:
+        """Run the verifier once on ``sandbox`` as it is: the verdict, or VerifierFailure."""
 
-    def play_oracle(self, episode: Episode) -> None: ...
+    def play_oracle(self, episode: Player) -> None: ...
 
 
 # -- repo, api, website: the envkit image ---------------------------------------------------
@@ -155,52 +169,53 @@ class ImageKind:
         image_id, base_ref, _cached = build_from_bundle(bundle, env.spec)  # exactly the bundle being published
         return image_id, base_ref
 
-    def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult:
+    def verify(self, env: LoadedEnvironment, task: Task, seed: int, sandbox: Any, answer: str | None) -> VerifyResult:
         """Run the spec's verifier once on ``sandbox`` as it is, as the verifier user, after
         every process of the agent's is killed."""
-        spec, task = episode.spec, episode.task
+        spec = env.spec
         t0 = time.monotonic()
         sandbox.kill_processes(AGENT)  # nothing of the agent's runs during grading
-        env = {"ENVKIT_TASK_ID": task.id, "ENVKIT_TASK_PARAMS": json.dumps(task.params, sort_keys=True),
-               "ENVKIT_SEED": str(episode.seed), "ENVKIT_WORKSPACE": "/workspace"}
+        variables = {"ENVKIT_TASK_ID": task.id, "ENVKIT_TASK_PARAMS": json.dumps(task.params, sort_keys=True),
+               "ENVKIT_SEED": str(seed), "ENVKIT_WORKSPACE": "/workspace"}
         if spec.state.repo is not None:
-            env["ENVKIT_CALLS"] = (sandbox.start_agent_calls() if spec.verifier.calls
+            variables["ENVKIT_CALLS"] = (sandbox.start_agent_calls() if spec.verifier.calls
                                    else "unavailable: envkit.toml says [verifier] calls = false")
         if answer is not None:
-            env["ENVKIT_ANSWER"] = answer
+            variables["ENVKIT_ANSWER"] = answer
         vspec = spec.verifier
-        res = sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=env, workdir="/env")
-        episode.count_command("verifier", res)
-        duration = round(time.monotonic() - t0, 4)
-        tail = res.stderr[-2000:]
-        if res.timed_out:
-            raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
-        if res.exit_code != 0 or res.oom_killed:
-            raise VerifierFailure("verifier_crash", f"the verifier exited with {res.exit_code}", stderr_tail=tail)
-        lines = res.stdout.strip().splitlines()
-        try:
-            details = json.loads(lines[-1])
-            reward = float(details["reward"])
-        except (IndexError, ValueError, KeyError, TypeError):
-            raise VerifierFailure("bad_output", "the verifier's last stdout line is not {\"reward\": <number>}",
-                                  stdout_tail=res.stdout[-500:], stderr_tail=tail) from None
-        if not 0.0 <= reward <= 1.0:
-            raise VerifierFailure("bad_output", f"the verifier's reward {reward} is outside [0, 1]")
-        code = details.get("agent_code") if isinstance(details, dict) else None
-        if sandbox is episode.sandbox and isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
-            episode.verify_failure = ModelFailure(
-                "code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) while the "
-                "verifier called it", timeouts=int(code["timeouts"]), reward=reward)
-        return VerifyResult(reward=reward, details=details, duration_s=duration)
+        res = sandbox.exec(vspec.command, timeout_s=vspec.timeout_s, user=VERIFIER, env=variables, workdir="/env")
+        with _counted(res):  # a failure carries the command's own time too
+            duration = round(time.monotonic() - t0, 4)
+            tail = res.stderr[-2000:]
+            if res.timed_out:
+                raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
+            if res.exit_code != 0 or res.oom_killed:
+                raise VerifierFailure("verifier_crash", f"the verifier exited with {res.exit_code}", stderr_tail=tail)
+            lines = res.stdout.strip().splitlines()
+            try:
+                details = json.loads(lines[-1])
+                reward = float(details["reward"])
+            except (IndexError, ValueError, KeyError, TypeError):
+                raise VerifierFailure("bad_output", "the verifier's last stdout line is not {\"reward\": <number>}",
+                                      stdout_tail=res.stdout[-500:], stderr_tail=tail) from None
+            if not 0.0 <= reward <= 1.0:
+                raise VerifierFailure("bad_output", f"the verifier's reward {reward} is outside [0, 1]")
+            code = details.get("agent_code") if isinstance(details, dict) else None
+            failure = None
+            if isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
+                failure = ModelFailure("code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) "
+                                       "while the verifier called it", timeouts=int(code["timeouts"]), reward=reward)
+            return VerifyResult(reward=reward, details=details, duration_s=duration, model_failure=failure, command_s=_own_s(res),
+                                command_cpu_s=res.command_cpu_s or 0.0)
 
-    def play_oracle(self, episode: Episode) -> None:
+    def play_oracle(self, episode: Player) -> None:
         """A shell script run as the agent in the workspace, or a JSON list of tool actions
         replayed through the agent's own tools:
         ``{"actions": [{"tool": "http", "method", "path", "body"}, {"tool": "answer", "text"}]}``.
         An argument written ``{"from_bash": COMMAND}`` is what COMMAND prints (stripped), run as
         the agent first, in the trace like any step: an answer that depends on the seeded state.
         A ``.diff`` oracle is a patch applied in the workspace (``git apply``, as the agent)."""
-        path = episode.runtime.env.root / episode.task.oracle
+        path = episode.root / episode.task.oracle
         if path.suffix == ".json":
             for action in json.loads(path.read_text())["actions"]:
                 tool = action.get("tool")
@@ -208,7 +223,7 @@ class ImageKind:
                     raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
                 args = {k: episode.step(str(v["from_bash"])).stdout.strip() if isinstance(v, dict) and set(v) == {"from_bash"}
                         else v for k, v in action.items() if k != "tool"}
-                episode.act(str(tool), args)
+                episode.tool(str(tool), args)
             return
         if path.suffix == ".diff":
             episode.sandbox.put_file(ORACLE_PATCH, path.read_bytes(), mode=0o644)
@@ -216,6 +231,21 @@ class ImageKind:
             return
         episode.sandbox.put_file(ORACLE_PATH, path.read_bytes(), mode=0o755)
         episode.step(f"bash {ORACLE_PATH}")
+
+
+@contextmanager
+def _counted(res: ExecResult) -> Iterator[None]:
+    try:
+        yield
+    except VerifierFailure as failure:
+        failure.command_s = _own_s(res)  # type: ignore[attr-defined]
+        failure.command_cpu_s = res.command_cpu_s or 0.0  # type: ignore[attr-defined]
+        raise
+
+
+def _own_s(res: ExecResult) -> float:
+    """A verifier command's own time, as measured in the sandbox (else as the host saw it)."""
+    return res.command_s if res.command_s is not None else res.duration_s
 
 
 # -- container: imported Harbor tasks ------------------------------------------------------
@@ -263,35 +293,36 @@ class ContainerKind:
                             "publish without --oci (pulls rebuild the tasks' images from their Dockerfiles)")
         return image_set_digest(build_container_images(env)), "dockerfile"
 
-    def verify(self, episode: Episode, sandbox: Any, answer: str | None) -> VerifyResult:
+    def verify(self, env: LoadedEnvironment, task: Task, seed: int, sandbox: Any, answer: str | None) -> VerifyResult:
         """Harbor's verifier phase: stop the agent, copy tests/ to /tests, run test.sh (as the
         task's verifier user, in the image's working folder, with [verifier] env), read
         /logs/verifier/reward.json (several keys: ``reward`` if present, else their mean) or
         reward.txt. test.sh's exit code does not matter when it wrote a reward, as in Harbor."""
-        c = episode.task.container
+        c = task.container
         assert c is not None
         t0 = time.monotonic()
         # One exec: the agent's processes killed, /tests and /logs/verifier removed (nothing the
         # agent left there is read as the tests' or the verifier's); then one copy, no exec.
         if not sandbox.prepare_verifier(("/tests", "/logs/verifier")):
             raise VerifierFailure("verifier_setup", "could not remove /tests or /logs/verifier before the tests")
-        tests = [(f"tests/{rel}", data, mode) for rel, data, mode in _files(episode.runtime.env.root / c.path / "tests")]
+        tests = [(f"tests/{rel}", data, mode) for rel, data, mode in _files(env.root / c.path / "tests")]
         sandbox.put_tree("/", [("logs/verifier", None, 0o777), *tests])
-        env = {**c.verifier_env, "ENVKIT_TASK_ID": episode.task.id, "ENVKIT_SEED": str(episode.seed)}
-        res = sandbox.exec(episode.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=env)
-        episode.count_command("verifier", res)
-        duration = round(time.monotonic() - t0, 4)
-        tail = (res.stdout + res.stderr)[-2000:]
-        if res.timed_out:
-            raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)
-        rewards, source = self._rewards(sandbox, res.exit_code, tail)
-        bad = {k: v for k, v in rewards.items() if isinstance(v, bool) or not isinstance(v, (int, float))
-               or not math.isfinite(float(v)) or not 0.0 <= float(v) <= 1.0}
-        if bad:
-            raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
-        reward = harbor_reward(rewards)
-        details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
-        return VerifyResult(reward=reward, details=details, duration_s=duration)
+        variables = {**c.verifier_env, "ENVKIT_TASK_ID": task.id, "ENVKIT_SEED": str(seed)}
+        res = sandbox.exec(env.spec.verifier.command, timeout_s=c.verifier_timeout_s, user=VERIFIER, env=variables)
+        with _counted(res):  # a failure carries the command's own time too
+            duration = round(time.monotonic() - t0, 4)
+            tail = (res.stdout + res.stderr)[-2000:]
+            if res.timed_out:
+                raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)
+            rewards, source = self._rewards(sandbox, res.exit_code, tail)
+            bad = {k: v for k, v in rewards.items() if isinstance(v, bool) or not isinstance(v, (int, float))
+                   or not math.isfinite(float(v)) or not 0.0 <= float(v) <= 1.0}
+            if bad:
+                raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
+            reward = harbor_reward(rewards)
+            details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
+            return VerifyResult(reward=reward, details=details, duration_s=duration, command_s=_own_s(res),
+                                command_cpu_s=res.command_cpu_s or 0.0)
 
     @staticmethod
     def _rewards(sandbox: Any, exit_code: int, tail: str) -> tuple[dict[str, Any], str]:
@@ -316,11 +347,11 @@ class ContainerKind:
                                   output_tail=tail)
         return rewards, "reward.json"
 
-    def play_oracle(self, episode: Episode) -> None:
+    def play_oracle(self, episode: Player) -> None:
         """The task's solution/ reaches /solution (for the oracle only) and solve.sh runs there."""
         c = episode.task.container
         assert c is not None
-        episode.sandbox.put_tree("/solution", _files(episode.runtime.env.root / c.path / "solution"))  # type: ignore[attr-defined]
+        episode.sandbox.put_tree("/solution", _files(episode.root / c.path / "solution"))
         episode.step(f"bash /solution/{SOLVE}")
 
 

@@ -282,7 +282,7 @@ def _code(payload: str, *extra: str) -> Callable[[Episode, str], None]:
 
 def _answer(text: str) -> Callable[[Episode, str], None]:
     def play(episode: Episode, marker: str) -> None:
-        episode.act("answer", {"text": text})
+        episode.tool("answer", {"text": text})
     return play
 
 
@@ -295,20 +295,20 @@ def _path_escape(episode: Episode, marker: str) -> None:
     for path in _PATHS:
         for method in ("GET", "POST", "DELETE"):
             try:
-                episode.act("http", {"method": method, "path": path, "body": {"reward": 1.0}})
+                episode.tool("http", {"method": method, "path": path, "body": {"reward": 1.0}})
             except ModelFailure:
                 pass
-    episode.act("answer", {"text": _FAKE_LINE})
+    episode.tool("answer", {"text": _FAKE_LINE})
 
 
 def _off_origin(episode: Episode, marker: str) -> None:
     for path in ("//169.254.169.254/latest/meta-data", "//example.com/", "/..%2f..%2fenv%2ftasks.jsonl",
                  "/\\\\evil.example/", "file:///env/tasks.jsonl", "javascript:alert(1)"):
         try:
-            episode.act("browser", {"action": "goto", "path": path})
+            episode.tool("browser", {"action": "goto", "path": path})
         except ModelFailure:
             pass
-    episode.act("answer", {"text": _FAKE_LINE})
+    episode.tool("answer", {"text": _FAKE_LINE})
 
 
 def _disabled_tools(episode: Episode, marker: str) -> None:
@@ -318,7 +318,7 @@ def _disabled_tools(episode: Episode, marker: str) -> None:
     for tool, args in calls.items():
         if tool not in offered:
             try:
-                episode.act(tool, args)
+                episode.tool(tool, args)
             except ModelFailure:
                 pass
 

@@ -1,8 +1,21 @@
-"""Episodes: reset a sandbox to the task's seeded state, let an agent act, verify.
+"""Episodes: the one engine of an episode's lifecycle.
 
-An :class:`EnvRuntime` holds one built environment (its image and sandbox backend); each
-:class:`Episode` runs on one sandbox: ``reset(seed)`` → ``step(command)``… → ``verify()``.
-Every way an episode can end is classified per :mod:`envkit.errors`.
+An :class:`EnvRuntime` holds one built environment (its image and sandbox backend); an
+:class:`Episode` runs one task on one sandbox:
+
+* ``runtime.start(task, seed, sandboxes)``: a sandbox acquired (from a pool, a fresh one, or
+  one the caller holds: a :class:`SandboxSource`), reset to the task's seeded state, the state
+  checked; an infra failure here is retried on another sandbox (``retries``), then raised;
+* ``episode.act(tool, arguments) -> Observation``: one agent action, under the episode's
+  budgets (time, turns, generated tokens via :meth:`Episode.tokens_left`) and its cancel flag;
+  a model failure ends the episode and is recorded, never raised;
+* ``episode.finish() -> EpisodeResult``: verification with the counterfactual check, the
+  outcome by one precedence, the sandbox released (back to its pool when it can serve again).
+
+Every driver (the scripted agents of ``envkit run``/``validate`` and the probes, the Python
+API's ``EnvkitEnv.step``, the vLLM agent loop, the batch bench's scripted workload) keeps only
+its own decisions: what to do next. Every way an episode can end is classified per
+:mod:`envkit.errors`.
 
 Verification decides the reward, and RL optimises what the verifier measures (a forgeable
 verifier trains forgers), so it keeps two rules (docs/architecture.md, "Failure attribution"):
@@ -25,22 +38,96 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from envkit.engine import connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure, Outcome, VerifierFailure
 from envkit.images import BuildResult
 from envkit.kinds import EnvKind, SandboxSpec, kind_of
-from envkit.records import EpisodeResult, StepRecord, VerifyResult
+from envkit.records import EpisodeResult, Observation, StepRecord, VerifyResult
 from envkit.sandbox import AGENT, ExecResult, ResetResult, Sandbox, SandboxLimits
 from envkit.sandbox.runtimes import choose_runtime
 from envkit.spec import LoadedEnvironment, Task
 from envkit.tools import TOOL_ARGUMENTS
 
-__all__ = ["MAX_COMMAND_BYTES", "TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "StepRecord", "VerifyResult"]
+__all__ = ["MAX_COMMAND_BYTES", "TIME_LIMITS", "TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "GivenSandbox",
+           "KeptSandbox", "NewSandbox", "Observation", "SandboxSource", "StepRecord", "VerifyResult"]
 
 # The longest command an agent may send (bytes): one argument of an exec is at most 128 KiB on Linux.
 MAX_COMMAND_BYTES = 100_000
+TIME_LIMITS = ("episode_timeout",)  # model failures that truncate an episode rather than end it
+REUSABLE_AFTER = ("unparseable_action", "turn_limit", "token_limit")  # the sandbox is as clean as after an ok episode
+
+
+class SandboxSource(Protocol):
+    """Where an episode's sandbox comes from and goes back to: a warm pool
+    (:class:`envkit.sandbox.pool.WarmPool`), a fresh container per episode, or one the caller
+    holds. ``reusable``: the episode ended cleanly enough for the sandbox to serve again."""
+
+    def acquire(self) -> Sandbox: ...
+
+    def release(self, sandbox: Sandbox, *, reusable: bool = False) -> None: ...
+
+
+class NewSandbox:
+    """A new sandbox of ``backend`` per episode, destroyed at its end."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def acquire(self) -> Sandbox:
+        sandbox: Sandbox = self.backend.create()
+        return sandbox
+
+    def release(self, sandbox: Sandbox, *, reusable: bool = False) -> None:
+        _destroy(sandbox)
+
+
+class GivenSandbox:
+    """The caller's sandbox: lent to each episode, never destroyed (``envkit validate`` runs
+    every agent of a task on one sandbox; a reset restores it)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox = sandbox
+
+    def acquire(self) -> Sandbox:
+        return self.sandbox
+
+    def release(self, sandbox: Sandbox, *, reusable: bool = False) -> None:
+        pass
+
+
+class KeptSandbox:
+    """One sandbox of ``backend`` kept from episode to episode (the Python API: every reset
+    restores it), replaced only after an infra failure (:meth:`discard`)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.sandbox: Sandbox | None = None
+
+    def acquire(self) -> Sandbox:
+        if self.sandbox is None:
+            self.sandbox = self.backend.create()
+        return self.sandbox
+
+    def release(self, sandbox: Sandbox, *, reusable: bool = False) -> None:
+        pass
+
+    def discard(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            _destroy(self.sandbox)
+            self.sandbox = None
+
+
+def _destroy(sandbox: Sandbox) -> None:
+    try:
+        sandbox.destroy()
+    except Exception:  # noqa: BLE001 - a failed cleanup must not hide the episode's result
+        pass
 
 
 class EnvRuntime:
@@ -87,20 +174,65 @@ class EnvRuntime:
 
     def episode(self, task: Task, seed: int, sandbox: Sandbox, agent: str = "",
                 fresh: Callable[[], Sandbox] | None = None) -> Episode:
-        """An episode on ``sandbox``. ``fresh`` makes a new sandbox for the counterfactual
-        check (default: this runtime's backend; a Ray worker passes its sandbox host's)."""
+        """An episode on ``sandbox``, not reset yet (tests drive one step by step). ``fresh``
+        makes a new sandbox for the counterfactual check (default: this runtime's backend; a
+        Ray worker passes its sandbox host's)."""
         return Episode(self, task, seed, sandbox, agent, fresh)
+
+    def start(self, task: Task, seed: int, sandboxes: SandboxSource, *, agent: str = "", retries: int = 0,
+              fresh: Callable[[], Sandbox] | None = None, cancel: threading.Event | None = None,
+              max_turns: int | None = None) -> Episode:
+        """An episode ready to act: a sandbox from ``sandboxes``, reset to the task's seeded
+        state and checked. An infra failure on the way releases that sandbox (not reusable)
+        and is tried again on another, ``retries`` times, then raised (its ``episode``
+        attribute: the episode that failed, when a sandbox was acquired). ``max_turns``: the
+        agent's actions (default the spec's); ``cancel``: set by whoever may abort the episode
+        (the batch assembler; drivers check :attr:`Episode.cancelled` before each generation)."""
+        for attempt in range(retries + 1):
+            t0 = time.monotonic()
+            try:
+                sandbox = sandboxes.acquire()
+            except InfraFailure:
+                if attempt == retries:
+                    raise
+                continue
+            episode = Episode(self, task, seed, sandbox, agent, fresh, sandboxes=sandboxes, cancel=cancel,
+                              max_turns=max_turns)
+            episode.timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
+            try:
+                episode.reset()
+                return episode
+            except InfraFailure as failure:
+                episode.release(reusable=False, broken=True)
+                if attempt == retries:
+                    failure.episode = episode  # type: ignore[attr-defined]  # for a driver's result
+                    raise
+            except BaseException:
+                episode.release(reusable=False)
+                raise
+        raise AssertionError("unreachable")
 
 
 class Episode:
+    """One task on one sandbox, from its reset to its result (see the module's docstring)."""
+
     def __init__(self, runtime: EnvRuntime, task: Task, seed: int, sandbox: Sandbox, agent: str,
-                 fresh: Callable[[], Sandbox] | None = None) -> None:
+                 fresh: Callable[[], Sandbox] | None = None, *, sandboxes: SandboxSource | None = None,
+                 cancel: threading.Event | None = None, max_turns: int | None = None) -> None:
         self.runtime = runtime
         self.task = task
         self.seed = seed
         self.sandbox = sandbox
         self.agent = agent
         self.fresh = fresh
+        self.sandboxes = sandboxes  # where the sandbox goes back to (None: the caller keeps it)
+        self.cancel = cancel
+        self.max_turns = max_turns if max_turns is not None else runtime.env.spec.limits.max_turns
+        self.turns = 0  # actions taken through act()
+        self.generated_tokens = 0  # counted by a model-driven caller (generated())
+        self.aborted = False
+        self.failure: InfraFailure | VerifierFailure | None = None  # what kept finish() from a reward
+        self._released = False
         self.steps: list[StepRecord] = []
         self.model_failure: ModelFailure | None = None  # ended the episode
         self.limit_failure: ModelFailure | None = None  # a command hit a limit; the episode went on
@@ -114,6 +246,17 @@ class Episode:
     @property
     def spec(self) -> Any:
         return self.runtime.env.spec
+
+    @property
+    def root(self) -> Path:
+        """The environment's folder (oracles, container tasks' files)."""
+        return self.runtime.env.root
+
+    def __enter__(self) -> Episode:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release(reusable=False)  # a no-op after finish() or abort()
 
     def reset(self) -> ResetResult:
         t0 = time.monotonic()
@@ -185,7 +328,7 @@ class Episode:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
         t0 = time.monotonic()
-        result = self.sandbox.http(method, path, body)  # type: ignore[attr-defined]
+        result = self.sandbox.http(method, path, body)
         duration = round(time.monotonic() - t0, 4)
         label = f"http {method.upper()} {path}" + (f" {json.dumps(body, sort_keys=True)}" if body is not None else "")
         self._record(StepRecord(label, int(result.get("status", 0)), str(result.get("body", "")),
@@ -213,10 +356,61 @@ class Episode:
         self.count_command("agent", None, duration)
         return observation
 
-    def act(self, tool: str, arguments: dict[str, Any]) -> str:
-        """One tool call by name (``bash``, ``http``, ``browser``, ``answer``; see
-        :data:`TOOL_ARGUMENTS`), as the text an agent observes. Model failures raise (and end
-        the episode where they are fatal); so do infra failures."""
+    # -- the agent's side -------------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def end(self, failure: ModelFailure) -> None:
+        """The agent's episode is over because of ``failure`` (a driver's own finding, e.g. an
+        unparseable reply; the first one recorded stands). Verification still decides the reward."""
+        if self.model_failure is None:
+            self.model_failure = failure
+
+    def tokens_left(self) -> int:
+        """How many tokens the agent may still generate (the spec's ``max_generated_tokens``);
+        at 0 the episode ends with ``token_limit``."""
+        left = int(self.spec.limits.max_generated_tokens) - self.generated_tokens
+        if left <= 0:
+            self.end(ModelFailure("token_limit", f"the model generated {self.generated_tokens} tokens, the spec allows "
+                                                 f"{self.spec.limits.max_generated_tokens}"))
+        return max(0, left)
+
+    def generated(self, tokens: int) -> None:
+        self.generated_tokens += tokens
+
+    def act(self, tool: str, arguments: dict[str, Any]) -> Observation:
+        """One agent action: a tool call by name (``bash``, ``http``, ``browser``, ``answer``;
+        see :data:`TOOL_ARGUMENTS`) under the episode's budgets. A model failure ends the
+        episode (recorded, given back as an observation: ``terminated``, or ``truncated`` for
+        the time limit); so do the last allowed turn (``turn_limit``, truncated) and an answer
+        (terminated). Acting on an episode that is over raises its failure. Infra failures
+        raise. (The cancel flag is for the driver to check before it generates: an action
+        already generated runs.)"""
+        if self.model_failure is not None:
+            raise self.model_failure
+        self.turns += 1
+        try:
+            text = self.tool(tool, arguments)
+        except ModelFailure as failure:  # e.g. no process can start (its own pids), a tool not offered
+            self.end(failure)
+            return Observation(f"error: {failure.message}", terminated=failure.kind not in TIME_LIMITS,
+                               truncated=failure.kind in TIME_LIMITS)
+        if tool == "answer":
+            return Observation(text, terminated=True)
+        if self.model_failure is not None:  # the command ran into the episode's time limit
+            kind = self.model_failure.kind
+            return Observation(text, terminated=kind not in TIME_LIMITS, truncated=kind in TIME_LIMITS)
+        if self.turns >= self.max_turns:
+            self.end(ModelFailure("turn_limit", f"the agent used all {self.max_turns} turns"))
+            return Observation(text, truncated=True)
+        return Observation(text)
+
+    def tool(self, tool: str, arguments: dict[str, Any]) -> str:
+        """One tool call by name, as the text an agent observes, outside the turn budget (an
+        oracle's replayed actions). Model failures raise (and end the episode where they are
+        fatal); so do infra failures."""
         if tool == "bash":
             r = self.step(str(arguments["command"]))
             return f"exit {r.exit_code}" + (f" ({r.limit_hit})" if r.limit_hit else "") + f"\n{r.stdout}{r.stderr}"
@@ -259,8 +453,21 @@ class Episode:
         return verdict
 
     def _verify_on(self, sandbox: Sandbox, answer: str | None) -> VerifyResult:
-        """Run the verifier once on ``sandbox`` as it is (the environment kind's way)."""
-        return self.runtime.kind.verify(self, sandbox, answer)
+        """Run the verifier once on ``sandbox`` as it is (the environment kind's way); on the
+        episode's own sandbox, what the verdict shows of the agent is the episode's."""
+        try:
+            verdict = self.runtime.kind.verify(self.runtime.env, self.task, self.seed, sandbox, answer)
+        except VerifierFailure as failure:  # its command's own time still counts
+            self._count_verifier(getattr(failure, "command_s", 0.0), getattr(failure, "command_cpu_s", 0.0))
+            raise
+        self._count_verifier(verdict.command_s, verdict.command_cpu_s)
+        if sandbox is self.sandbox and verdict.model_failure is not None:
+            self.verify_failure = verdict.model_failure
+        return verdict
+
+    def _count_verifier(self, seconds: float, cpu_s: float) -> None:
+        for key, value in (("verifier_commands_s", seconds), ("verifier_commands_cpu_s", cpu_s)):
+            self.timings[key] = round(self.timings.get(key, 0.0) + value, 6)
 
     def _counterfactual(self, failure: VerifierFailure) -> VerifyResult:
         """The verifier failed on the agent's state: does it also fail on the seeded state of a
@@ -303,9 +510,60 @@ class Episode:
                             duration_s=seconds)
 
     def decisive_failure(self) -> ModelFailure | None:
-        """The model failure the outcome names: what verification showed, else what ended the
-        episode, else a limit a command hit."""
+        """The model failure the outcome names (the one precedence): what verification showed,
+        else what ended the episode, else a limit a command hit."""
         return self.verify_failure or self.model_failure or self.limit_failure
+
+    # -- the end ---------------------------------------------------------------------------------
+
+    def finish(self, *, verify: bool = True, release: bool = True) -> EpisodeResult:
+        """Verify the state the agent left (:meth:`verify`: the counterfactual check included),
+        name the outcome and release the sandbox (:attr:`reusable` says how; ``release=False``
+        leaves that to the driver, which times the episode first). An infra or verifier
+        failure comes back as a result without a reward (and in :attr:`failure`), never
+        raised. ``verify=False``: no verifier (the batch bench's scripted workload, which plays
+        its verification time as a command)."""
+        reward: float | None = None
+        details: dict[str, Any] = {}
+        try:
+            if verify:
+                verdict = self.verify()
+                reward, details = verdict.reward, verdict.details
+        except (InfraFailure, VerifierFailure) as failure:
+            self.failure = failure
+        except BaseException:
+            self.release(reusable=False)
+            raise
+        result = self.result(reward, self.failure, details)
+        if release:
+            self.release(reusable=self.reusable, broken=isinstance(self.failure, InfraFailure))
+        return result
+
+    @property
+    def reusable(self) -> bool:
+        """Whether the sandbox can serve another episode: after an ok episode or one that ended
+        on the agent's own budget (``REUSABLE_AFTER``); never after an infra or verifier
+        failure, a resource limit or a model failure that may have left it unfit."""
+        decisive = self.decisive_failure()
+        return self.failure is None and (decisive is None or decisive.kind in REUSABLE_AFTER)
+
+    def abort(self) -> None:
+        """The episode was cancelled (its batch closed without it): no verification; the
+        sandbox goes back to its pool (the next reset restores it)."""
+        self.aborted = True
+        self.release(reusable=True)
+
+    def release(self, *, reusable: bool, broken: bool = False) -> None:
+        """Give the sandbox back (once) and close what the episode holds on the host.
+        ``broken``: an infra failure hit it (a kept sandbox is then replaced)."""
+        if self._released:
+            return
+        self._released = True
+        self.close()
+        if self.sandboxes is not None:
+            self.sandboxes.release(self.sandbox, reusable=reusable)
+            if broken and isinstance(self.sandboxes, KeptSandbox):
+                self.sandboxes.discard()
 
     def result(self, reward: float | None, failure: EpisodeFailure | None, verifier: dict[str, Any]) -> EpisodeResult:
         decisive = failure or self.decisive_failure()

@@ -215,6 +215,9 @@ class EnvSpec(_Strict):
     tools: ToolsSection = Field(default_factory=ToolsSection)
 
 
+SOLVE = "solve.sh"  # a container task's reference solution, in its solution/ folder (its oracle)
+
+
 class ContainerTask(_Strict):
     """How a task of a container environment runs (the Harbor task layout): the agent works
     in the image built from ``<path>/environment`` as its own user; ``<path>/tests`` is copied

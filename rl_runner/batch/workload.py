@@ -133,60 +133,62 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
                       bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id, seed=seed,
                       group_id=group_id)
     try:
-        sandbox = sandboxes.acquire()
+        # the script's turns are its budget: every one is played, then its verification
+        episode = runtime.start(task, seed, sandboxes, agent="bench", cancel=cancel, max_turns=len(script.turns) + 1)
     except EpisodeFailure as failure:
+        failed = getattr(failure, "episode", None)  # the reset failed: the sandbox was acquired
+        if failed is not None:
+            timings["sandbox_acquire_s"] = failed.timings["sandbox_acquire_s"]
         return _excluded(traj, failure, timings, t0)
-    timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
-    reusable = False
-    episode = runtime.episode(task, seed, sandbox, "bench")
-    try:
-        episode.reset()
-        context = _prompt(task, params.prompt_tokens)
-        traj.prompt_token_ids = list(context)
-        generation_s = 0.0
-        scripted = 0.0  # the drawn durations of the commands played (what the work would take uncontended)
-        for turn in script.turns:
-            if cancel.is_set():
-                reusable = True
-                timings["scripted_s"] = round(scripted, 4)
-                _finish(traj, timings, t0, generation_s, episode)
-                return mark_aborted(traj)
-            room = params.max_context - len(context)
-            if room < 8:  # the context is full: the agent stops and verification runs
-                break
-            g0 = time.monotonic()
-            gen = policy.generate(context, SamplingParams(max_tokens=min(turn.gen_tokens, room), temperature=1.0,
-                                                          ignore_eos=True),
-                                  session=session)
-            generation_s += time.monotonic() - g0
-            traj.turns += 1
-            context.extend(gen.token_ids)
-            traj.completion_token_ids.extend(gen.token_ids)
-            traj.logprobs.extend(gen.logprobs)
-            traj.weight_versions.extend(gen.weight_versions)
-            traj.loss_mask.extend([1] * len(gen.token_ids))
-            result = episode.step(_command(turn.tool_s, turn.out_bytes))
-            scripted += turn.tool_s
-            obs = [10 + b % 470 for b in result.stdout.encode()[::4]]  # ~ one token per 4 bytes, as a tokenizer would
-            obs = obs[:max(0, params.max_context - len(context))]
-            context.extend(obs)
-            traj.completion_token_ids.extend(obs)
-            traj.logprobs.extend([0.0] * len(obs))
-            traj.weight_versions.extend([""] * len(obs))
-            traj.loss_mask.extend([0] * len(obs))
-        v0 = time.monotonic()
-        episode.step(f"sleep {script.verify_s:.3f}")  # the verification phase (see the module's docstring)
-        timings["verify_s"] = round(time.monotonic() - v0, 4)
-        timings["scripted_s"] = round(scripted + script.verify_s, 4)
-        traj.reward = 0.0
-        _finish(traj, timings, t0, generation_s, episode)
-        reusable = episode.limit_failure is None and episode.model_failure is None
-        return traj
-    except EpisodeFailure as failure:
-        return _excluded(traj, failure, timings, t0)
-    finally:
-        episode.close()
-        sandboxes.release(sandbox, reusable=reusable)
+    timings["sandbox_acquire_s"] = episode.timings["sandbox_acquire_s"]
+    with episode:
+        try:
+            context = _prompt(task, params.prompt_tokens)
+            traj.prompt_token_ids = list(context)
+            generation_s = 0.0
+            scripted = 0.0  # the drawn durations of the commands played (what the work would take uncontended)
+            for turn in script.turns:
+                if episode.cancelled:  # before another generation: the sandbox back to the pool, unverified
+                    timings["scripted_s"] = round(scripted, 4)
+                    _finish(traj, timings, t0, generation_s, episode)
+                    episode.abort()
+                    return mark_aborted(traj)
+                room = params.max_context - len(context)
+                if room < 8:  # the context is full: the agent stops and verification runs
+                    break
+                g0 = time.monotonic()
+                gen = policy.generate(context, SamplingParams(max_tokens=min(turn.gen_tokens, room), temperature=1.0,
+                                                              ignore_eos=True),
+                                      session=session)
+                generation_s += time.monotonic() - g0
+                traj.turns += 1
+                context.extend(gen.token_ids)
+                traj.completion_token_ids.extend(gen.token_ids)
+                traj.logprobs.extend(gen.logprobs)
+                traj.weight_versions.extend(gen.weight_versions)
+                traj.loss_mask.extend([1] * len(gen.token_ids))
+                observation = episode.act("bash", {"command": _command(turn.tool_s, turn.out_bytes)})
+                scripted += turn.tool_s
+                if observation.over:  # a model failure: the verification step below raises it (excluded)
+                    break
+                stdout = episode.steps[-1].stdout
+                obs = [10 + b % 470 for b in stdout.encode()[::4]]  # ~ one token per 4 bytes, as a tokenizer would
+                obs = obs[:max(0, params.max_context - len(context))]
+                context.extend(obs)
+                traj.completion_token_ids.extend(obs)
+                traj.logprobs.extend([0.0] * len(obs))
+                traj.weight_versions.extend([""] * len(obs))
+                traj.loss_mask.extend([0] * len(obs))
+            v0 = time.monotonic()
+            episode.step(f"sleep {script.verify_s:.3f}")  # the verification phase (see the module's docstring)
+            timings["verify_s"] = round(time.monotonic() - v0, 4)
+            timings["scripted_s"] = round(scripted + script.verify_s, 4)
+            _finish(traj, timings, t0, generation_s, episode)
+            episode.finish(verify=False)  # the sandbox back to the pool when the script hit no limit
+            traj.reward = 0.0
+            return traj
+        except EpisodeFailure as failure:
+            return _excluded(traj, failure, timings, t0)
 
 
 def _finish(traj: Trajectory, timings: dict[str, float], t0: float, generation_s: float, episode: Any) -> None:

@@ -10,10 +10,9 @@ from dataclasses import replace
 from typing import Any
 
 from envkit.errors import FailureCategory, InfraFailure, ModelFailure, format_outcome
-from envkit.runtime import Episode
 from rl_runner.distributed.context import EpisodeContext
 from rl_runner.policy.client import SamplingParams
-from rl_runner.rollout.chat import ChatFormat, ToolCall, UnparseableAction
+from rl_runner.rollout.chat import ChatFormat, UnparseableAction
 from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_chat_format", "mark_aborted"]
@@ -21,10 +20,6 @@ __all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_chat_format", "m
 ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")  # the batch assembler cancelled the episode; not a model or infra outcome
 
 OBSERVATION_CAP = 1500  # characters of one observation shown to the model
-
-
-def _observe(episode: Episode, call: ToolCall) -> str:
-    return episode.act(call.name, call.arguments)[:OBSERVATION_CAP]
 
 
 def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str, sampling: SamplingParams) -> Trajectory:
@@ -35,56 +30,46 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
     one vLLM replica by ``ctx.session`` (:mod:`rl_runner.policy.router`); prompts, tool calls
     and observations are in the model's own chat format (``ctx.extra``, a
     :class:`rl_runner.rollout.chat.ChatFormat`: the tokens appended after each reply are the
-    template's tool message). ``ctx.cancel`` (set
-    by the batch assembler for an aborted straggler) ends the episode at its next turn
-    boundary, unverified and excluded."""
-    runtime, policy, sandboxes, cancel, session = ctx.runtime, ctx.policy, ctx.sandboxes, ctx.cancel, ctx.session
+    template's tool message). The episode's lifecycle (budgets, verification, outcome,
+    release) is :class:`envkit.runtime.Episode`'s; this loop decides only what the model says
+    next. ``ctx.cancel`` (set by the batch assembler for an aborted straggler) ends the episode
+    at its next turn boundary, unverified and excluded."""
+    runtime, policy, cancel, session = ctx.runtime, ctx.policy, ctx.cancel, ctx.session
     fmt: ChatFormat = ctx.extra
     task = runtime.env.task(task_id)
-    spec = runtime.env.spec
-    limits = spec.limits
-    enabled: list[str] = list(spec.tools.enabled)
-    timings: dict[str, float] = {}
+    enabled: list[str] = list(runtime.env.spec.tools.enabled)
     t0 = time.monotonic()
-    sandbox = sandboxes.acquire()
-    reusable = False
-    timings["sandbox_acquire_s"] = round(time.monotonic() - t0, 4)
     # The counterfactual check's fresh sandbox: from the sandbox host on a Ray cluster.
-    episode = runtime.episode(task, seed, sandbox, "policy", fresh=getattr(sandboxes, "create_fresh", None))
-    traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                      bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id, seed=seed,
-                      group_id=group_id)
-    try:
-        episode.reset()
+    with runtime.start(task, seed, ctx.sandboxes, agent="policy", fresh=getattr(ctx.sandboxes, "create_fresh", None),
+                       cancel=cancel) as episode:
+        traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
+                          bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id,
+                          seed=seed, group_id=group_id)
         conversation = fmt.start(task.instruction, enabled)
         traj.prompt_token_ids = list(conversation.prompt_ids)
         context = list(traj.prompt_token_ids)
-        failure: ModelFailure | None = None
         generation_s = 0.0
-        for turn in range(limits.max_turns):
-            if cancel.is_set():
-                timings["generation_s"] = round(generation_s, 4)
-                timings["episode_s"] = round(time.monotonic() - t0, 4)
-                traj.timings = timings
-                reusable = True
-                return mark_aborted(traj)
-            budget = limits.max_generated_tokens - traj.generated_tokens
+        cancelled = False
+        while True:
+            if episode.cancelled:  # checked before each generation: an action already generated runs
+                cancelled = True
+                break
+            budget = episode.tokens_left()
             if budget <= 0:
-                failure = ModelFailure("token_limit", f"the model generated {traj.generated_tokens} tokens, the spec allows "
-                                                      f"{limits.max_generated_tokens}")
                 break
             g0 = time.monotonic()
             gen = policy.generate(context, replace(sampling, max_tokens=min(sampling.max_tokens, budget),
                                                    stop_token_ids=fmt.stop_ids, seed=None if sampling.seed is None
-                                                   else sampling.seed + 1000 * seed + turn), session=session)
+                                                   else sampling.seed + 1000 * seed + traj.turns), session=session)
             generation_s += time.monotonic() - g0
-            traj.turns = turn + 1
+            traj.turns += 1
+            episode.generated(len(gen.token_ids))
             _append(traj, context, gen.token_ids, gen.logprobs, gen.weight_versions, model=True)
             text = fmt.reply_text(list(gen.token_ids))
             try:
                 call = fmt.parse(text, enabled)
             except UnparseableAction as e:
-                failure = ModelFailure("unparseable_action", str(e), text=text[:500])
+                episode.end(ModelFailure("unparseable_action", str(e), text=text[:500]))
                 break
             if call is None:
                 # The model is done; a final reply without a tool call is its answer
@@ -92,35 +77,32 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
                 if episode.answer_text is None and text.strip():
                     episode.answer(text)
                 break
-            try:
-                observation = _observe(episode, call)
-            except ModelFailure as e:  # e.g. no process can start (its own pids), or its sandbox stopped (root):
-                failure = e            # the model's doing, so the episode is verified, never excluded
+            observation = episode.act(call.name, call.arguments)
+            turn_limit = episode.model_failure is not None and episode.model_failure.kind == "turn_limit"
+            if observation.over and not turn_limit:
                 break
-            if call.name == "answer":
-                break
-            if episode.model_failure is not None:
-                failure = episode.model_failure
-                break
-            obs_ids = conversation.observe(list(gen.token_ids), observation)
+            obs_ids = conversation.observe(list(gen.token_ids), observation.text[:OBSERVATION_CAP])
             _append(traj, context, obs_ids, [0.0] * len(obs_ids), [""] * len(obs_ids), model=False)
-        else:
-            failure = ModelFailure("turn_limit", f"the model used all {limits.max_turns} turns")
-        timings["generation_s"] = round(generation_s, 4)
-        verdict = episode.verify()
-        traj.reward = verdict.reward
-        traj.verifier = verifier_details(verdict.details)
-        failure = episode.verify_failure or failure or episode.model_failure or episode.limit_failure
-        if failure is not None:
-            traj.outcome, traj.evidence = failure.outcome.label, failure.evidence
-        timings.update({k: v for k, v in episode.timings.items() if k in ("reset_s", "tools_s", "verify_s", "counterfactual_s")})
+            if observation.over:  # the last turn's observation is in the trajectory, as every other
+                break
+        timings = {"sandbox_acquire_s": episode.timings.get("sandbox_acquire_s", 0.0), "generation_s": round(generation_s, 4)}
+        if cancelled:
+            timings["episode_s"] = round(time.monotonic() - t0, 4)
+            traj.timings = timings
+            episode.abort()  # the sandbox back to its pool, unverified
+            return mark_aborted(traj)
+        result = episode.finish(release=False)
+        if episode.failure is not None:  # not the model's doing: the runner retries on a fresh sandbox
+            raise episode.failure
+        traj.reward = result.reward
+        traj.verifier = verifier_details(result.verifier)
+        if result.outcome != "ok":
+            traj.outcome, traj.evidence = result.outcome, result.evidence
+        timings.update({k: v for k, v in result.timings.items() if k in ("reset_s", "tools_s", "verify_s", "counterfactual_s")})
         timings["episode_s"] = round(time.monotonic() - t0, 4)
         traj.timings = timings
-        reusable = failure is None or failure.kind in ("unparseable_action", "turn_limit", "token_limit")
+        episode.release(reusable=episode.reusable)
         return traj
-    finally:
-        episode.close()
-        sandboxes.release(sandbox, reusable=reusable)
 
 
 def verifier_details(details: dict[str, Any], limit: int = 8000) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import docker.errors
 import pytest
 
 from envkit.agents import NullAgent, OracleAgent, ShellAgent, run_episode
-from envkit.runtime import EnvRuntime
+from envkit.errors import ModelFailure
+from envkit.runtime import EnvRuntime, KeptSandbox
 from envkit.spec import load_environment
 
 from ..conftest import ROOT, envkit
@@ -255,3 +256,40 @@ def test_an_answer_with_any_bytes_reaches_the_verifier(client):
         assert result.reward == 1.0 and result.details["given"] == "uname -a"
     finally:
         sandbox.destroy()
+
+
+def test_the_engine_owns_an_episode_from_its_sandbox_to_its_result(client):
+    """runtime.start → act → finish: the turn budget ends the episode (recorded, reward still
+    from the verifier), acting after the end raises, a kept sandbox serves the next episode;
+    and the sandbox contract's tree copy and verifier preparation on an image sandbox."""
+    runtime = EnvRuntime(load_environment(ROOT / "environments" / "shellcmd"), client=client)
+    runtime.backend.labels.update(TEST_LABEL)
+    task = runtime.env.task("system-info")
+    kept = KeptSandbox(runtime.backend)
+    try:
+        episode = runtime.start(task, 0, kept, agent="test", max_turns=2)
+        first = episode.act("bash", {"command": "echo hi"})
+        assert first.text.startswith("exit 0") and "hi" in first.text and not first.over
+        last = episode.act("bash", {"command": "true"})
+        assert last.truncated and not last.terminated  # the second of two turns
+        with pytest.raises(ModelFailure):
+            episode.act("bash", {"command": "true"})  # the episode is over
+        result = episode.finish()
+        assert (result.outcome, result.reward) == ("model_failure:turn_limit", 0.0)
+        assert result.timings["sandbox_acquire_s"] >= 0 and result.timings["verifier_commands_s"] > 0
+        sandbox = kept.sandbox
+        assert sandbox is not None and sandbox.alive()  # kept for the next episode
+
+        sandbox.put_tree("/tmp/tree", [("a", None, 0o755), ("a/b.txt", b"x", 0o644)])
+        assert sandbox.exec("cat /tmp/tree/a/b.txt", user="root").stdout == "x"
+        assert sandbox.prepare_verifier(("/tmp/tree",)) is True
+        assert sandbox.exec("test -e /tmp/tree", user="root").exit_code == 1
+
+        again = runtime.start(task, 0, kept, agent="test")
+        assert again.sandbox is sandbox
+        answered = again.act("answer", {"text": "uname -a"})
+        assert answered.terminated and not answered.truncated
+        final = again.finish()
+        assert (final.outcome, final.reward) == ("ok", 1.0)
+    finally:
+        kept.close()
