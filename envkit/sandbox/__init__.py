@@ -123,4 +123,21 @@ class Sandbox(Protocol):
         socket path, or ``unavailable: <why>``."""
         ...
 
+    def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
+        """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
+        root, in one operation."""
+        ...
+
+    def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
+        """Stop every process of the agent and remove ``clear`` (the verifier's folders), as
+        root; False when a folder could not be removed."""
+        ...
+
+    def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        """One request to the environment's service from inside the sandbox, as the agent
+        (``{"status", "body"}`` or ``{"error"}``); a sandbox without a service says so."""
+        ...
+
+    def alive(self) -> bool: ...
+
     def destroy(self) -> None: ...

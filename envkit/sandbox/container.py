@@ -25,11 +25,8 @@ consequence of that model:
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import secrets
-import tarfile
 import threading
 import time
 from dataclasses import replace
@@ -39,18 +36,12 @@ from typing import Any
 import docker.errors
 from docker.types import Mount
 
-from envkit.engine import TRANSPORT_ERRORS, connect
+from envkit.engine import connect
 from envkit.errors import EnvkitError, InfraFailure, VerifierFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
-from envkit.sandbox.docker_backend import (
-    SANDBOX_LABEL,
-    DockerSandbox,
-    attach_channel,
-    guest_args,
-    limit_options,
-    remove_labelled,
-    start_container,
-)
+from envkit.sandbox.channel import attach_channel
+from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, remove_labelled, start_container, tar_of
+from envkit.sandbox.limits import guest_args, limit_options
 from envkit.sandbox.pyruntime import MOUNT, channel_command, ensure_volume
 from envkit.spec import LoadedEnvironment, Task
 
@@ -65,23 +56,6 @@ _LOOPBACK_HOSTS = (b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loop
                    b"ff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n")
 _HASH = ("cd \"$1\" 2>/dev/null || exit 3; find . -xdev \\( -type f -o -type l \\) -print0 | LC_ALL=C sort -z "
          "| xargs -0r sha256sum | sha256sum | cut -c1-64")
-
-
-def _tar(entries: list[tuple[str, bytes | None, int]]) -> bytes:
-    """A tar of (path, data or None for a folder, mode), owned by root."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path, data, mode in entries:
-            ti = tarfile.TarInfo(path)
-            ti.mode = mode
-            ti.mtime = 0
-            if data is None:
-                ti.type = tarfile.DIRTYPE
-                tar.addfile(ti)
-            else:
-                ti.size = len(data)
-                tar.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def _helper_entries(network: str) -> list[tuple[str, bytes | None, int]]:
@@ -161,7 +135,7 @@ class ContainerBackend:
             if volume is not None:
                 attached.append(attach_channel(made))
             else:
-                made.put_archive("/", _tar(helpers))
+                made.put_archive("/", tar_of(helpers))
 
         try:
             container = start_container(self.client, image, opts, prepare=prepare)
@@ -177,7 +151,7 @@ class ContainerBackend:
                                 _root=attached[0] if attached else None)
         if volume is not None:  # the helpers through the channel (its hello first): a copy by the engine costs ~40 ms more
             try:
-                ContainerSandbox.copy_in(sandbox, "/", helpers)
+                sandbox.put_tree("/", helpers)
             except BaseException:
                 sandbox.destroy()
                 raise
@@ -270,32 +244,7 @@ class ContainerSandbox:
         return self._live().workdir
 
     def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
-        """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
-        root, folders below ``dest`` made as needed: one request on the command channel, or
-        (without one) one copy into the container by the engine."""
-        self.copy_in(self._live(), dest, files)
-
-    @staticmethod
-    def copy_in(inner: DockerSandbox, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
-        """:meth:`put_tree` into the container of ``inner``."""
-        entries = [[rel, f"{mode:o}", None if data is None else base64.b64encode(data).decode()] for rel, data, mode in files]
-        reply = inner._channel_call({"cmd": "put", "dest": dest, "entries": entries}, timeout=120, what=f"the copy to {dest}")
-        if reply is not None:
-            if "error" in reply:
-                raise InfraFailure("copy_failed", f"the copy to {dest} failed", container=inner.id,
-                                   error=reply.get("message", ""))
-            return
-        prefix = dest.strip("/")
-        name = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
-        dirs = sorted({"/".join(rel.split("/")[:i]) for rel, _, _ in files for i in range(1, rel.count("/") + 1)})
-        tar_entries: list[tuple[str, bytes | None, int]] = [(name(d), None, 0o755) for d in dirs]
-        tar_entries += [(name(rel), data, mode) for rel, data, mode in files]
-        try:  # the engine makes ``dest`` and its parents (0755) when missing
-            ok = inner.container.put_archive("/", _tar(tar_entries))
-        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
-            raise inner._infra(e, f"copy to {dest}") from None
-        if not ok:
-            raise InfraFailure("copy_failed", f"the engine refused the copy to {dest}")
+        self._live().put_tree(dest, files)
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None:
         folder, _, name = path.rpartition("/")
@@ -308,10 +257,7 @@ class ContainerSandbox:
     def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
         """Stop the agent (every process but the container's own two) and remove ``clear`` (the
         verifier's folders), in one exec as root; False when a folder could not be removed."""
-        inner = self._live()
-        out, _err, hit, _ = inner._run([*_KILLALL, *clear], user="root", env=None, workdir="/", stdin=None,
-                                       deadline=time.monotonic() + 30, limit=4096)
-        text = out.value()
+        text, hit = self._live().run_as_root([*_KILLALL, *clear], timeout_s=30)
         if hit or b"killed" not in text:
             raise InfraFailure("killall_failed", "the sandbox's killall did not answer", container=self.id)
         if b'"killed": true' not in text:  # processes of the agent's kept appearing for 1000 rounds: it forks them
@@ -325,6 +271,9 @@ class ContainerSandbox:
 
     def start_agent_calls(self) -> str:
         return "unavailable: container environments keep Harbor's trust model (tests run in the agent's container)"
+
+    def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        return {"error": "a container environment has no service: its tasks offer bash only"}
 
     def pids_saturated(self) -> bool:
         return self.inner.pids_saturated() if self.inner is not None else False

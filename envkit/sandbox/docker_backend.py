@@ -106,11 +106,12 @@ import base64
 import contextlib
 import errno
 import hashlib
+import io
 import json
-import os
 import secrets
-import select
+import shlex
 import socket
+import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -122,16 +123,24 @@ from envkit.base import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
-from envkit.sandbox.runtimes import ENGINE_NAMES
+from envkit.sandbox.channel import (
+    CHANNEL_PROTOCOL,
+    Capped,
+    Channel,
+    Deadline,
+    attach_channel,
+    close_hijacked,
+    frames,
+    own_time,
+    with_last_words,
+)
+from envkit.sandbox.limits import guest_args, host_oom_file, limit_options
 
-__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "attach_channel", "limit_options", "remove_labelled", "start_container"]
+__all__ = ["DockerBackend", "DockerSandbox", "SANDBOX_LABEL", "remove_labelled", "start_container", "tar_of"]
 
 SANDBOX_LABEL = "org.envkit.sandbox"
 _IDEMPOTENT_HELPERS = frozenset({"reset", "scrub", "hash", "killall", "write"})
 _CHANNEL_HELPERS = frozenset({"reset", "scrub", "hash", "write"})  # run inside the channel's process
-_CHANNEL_PROTOCOL = 3  # helper.py's CHANNEL_PROTOCOL
-_ATTACH = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-_MAX_LINE = 128 << 20  # longer than any reply: two capped streams (16 MiB each at most, 32 for a file read), base64
 _CHANNEL_SLACK_S = 15.0  # how much longer than a command's own deadline the host waits for the channel
 SERVICE = "service"
 ROOT = "root"
@@ -152,188 +161,21 @@ _CALLSERVER = "/opt/envkit/callserver.py"
 _EXEC = "/opt/envkit/exec.sh"
 
 
-class _Deadline(Exception):
-    pass
-
-
-class _Capped:
-    """Keeps the head and the tail of a stream, up to ``limit`` bytes in all."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = max(limit // 2, 1)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > 2 * self.half:
-                del self.tail[: len(self.tail) - self.half]
-
-    @classmethod
-    def from_parts(cls, limit: int, parts: dict[str, Any]) -> _Capped:
-        """What the in-sandbox helper kept of a stream (helper.py's _Capped: the same parts)."""
-        capped = cls(limit)
-        capped.head = bytearray(base64.b64decode(parts["head"]))[: capped.half]
-        capped.tail = bytearray(base64.b64decode(parts["tail"]))[-capped.half:] if parts["tail"] else bytearray()
-        capped.total = int(parts["total"])
-        return capped
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.head) + len(self.tail) or len(self.tail) > self.half
-
-    def value(self) -> bytes:
-        tail = bytes(self.tail[-self.half:]) if len(self.tail) > self.half else bytes(self.tail)
-        if self.truncated:
-            elided = self.total - len(self.head) - len(tail)
-            return bytes(self.head) + f"\n[... {elided} bytes elided ...]\n".encode() + tail
-        return bytes(self.head) + tail
-
-
-class _Demux:
-    """Docker's multiplexed attach stream: 8-byte headers (stream id, size), then the data."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def feed(self, chunk: bytes) -> list[tuple[int, bytes]]:
-        self.buf += chunk
-        out = []
-        while len(self.buf) >= 8:
-            size = int.from_bytes(self.buf[4:8], "big")
-            if len(self.buf) < 8 + size:
-                break
-            out.append((self.buf[0], bytes(self.buf[8 : 8 + size])))
-            del self.buf[: 8 + size]
-        return out
-
-
-def _recv(raw: socket.socket, deadline: float) -> bytes:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise _Deadline()
-    poller = select.poll()  # not select(): a busy runner holds more than 1024 descriptors
-    poller.register(raw, select.POLLIN)
-    if not poller.poll(remaining * 1000):
-        raise _Deadline()
-    return raw.recv(65536)
-
-
-def _frames(sock: Any, deadline: float) -> Any:
-    """Demultiplex an exec's output from its raw socket, to a deadline."""
-    raw: socket.socket = getattr(sock, "_sock", sock)
-    demux = _Demux()
-    while chunk := _recv(raw, deadline):
-        yield from demux.feed(chunk)
-
-
-class _Channel:
-    """A long-lived `helper.py serve`, attached to its stdin and stdout (the container's main
-    process, or an exec's): JSON lines in, JSON lines out, one round trip per call. Each
-    request carries a random ``id`` and the helper echoes it: a reply of an earlier request
-    (one whose caller gave up, seen again after a re-attach) is skipped, never taken for
-    another's, and nothing that writes to the channel's output can know a later request's id."""
-
-    def __init__(self, sock: Any) -> None:
-        self.sock = sock
-        self.raw: socket.socket = getattr(sock, "_sock", sock)
-        self.demux = _Demux()
-        self.lines = bytearray()
-        self.stderr = b""
-        self.sent = 0
-
-    def call(self, request: dict[str, Any], timeout: float, *, strict: bool = True) -> dict[str, Any]:
-        """The reply to ``request``: the first line that is a JSON object with its id. Any other
-        line is skipped (a late reply, or what a root process in the sandbox wrote to the
-        channel's output: a container environment's agent may be root). ``strict=False`` (the
-        hello) also takes a reply with no id, from a helper that does not echo ids."""
-        self.sent += 1
-        ident = secrets.token_hex(8)
-        self.raw.sendall((json.dumps({**request, "id": ident}) + "\n").encode())
-        deadline = time.monotonic() + timeout
-        while True:
-            result = _json_tail(self._line(deadline))
-            if isinstance(result, dict) and result.get("id", None if strict else ident) == ident:
-                result.pop("id", None)
-                return result
-
-    def _line(self, deadline: float) -> bytes:
-        seen = 0  # how much of self.lines holds no newline
-        while (end := self.lines.find(b"\n", seen)) < 0:
-            seen = len(self.lines)
-            chunk = _recv(self.raw, deadline)
-            if not chunk:
-                raise ConnectionError("the helper channel closed" + (f": {self.stderr_tail()}" if self.stderr else ""))
-            for stream, data in self.demux.feed(chunk):
-                if stream == 1:
-                    self.lines += data
-                else:
-                    self.stderr = (self.stderr + data)[-2000:]
-            if len(self.lines) > _MAX_LINE:  # no reply is this long: something else writes there
-                raise ConnectionError(f"the helper channel sent more than {_MAX_LINE} bytes without a line end")
-        line = bytes(self.lines[:end])
-        del self.lines[: end + 1]
-        return line
-
-    def stderr_tail(self) -> str:
-        return self.stderr[-500:].decode(errors="replace").strip()
-
-    def close(self) -> None:
-        _close_hijacked(self.sock)
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _own_time(fields: list[bytes]) -> tuple[float | None, float | None]:
-    """A command's own time and CPU from exec.sh's status line: (start, end, children's ticks
-    before, after); None where it could not tell (a bash without EPOCHREALTIME, an older exec.sh)."""
-    seconds = cpu = None
-    with contextlib.suppress(ValueError, IndexError):
-        seconds = max(0.0, float(fields[1].replace(b",", b".")) - float(fields[0].replace(b",", b".")))
-    with contextlib.suppress(ValueError, IndexError):
-        cpu = max(0, int(fields[3]) - int(fields[2])) / _TICK
-    return seconds, cpu
-
-
-def _json_tail(line: bytes) -> Any:
-    """The JSON value that ends ``line`` (a reply the helper wrote whole, after whatever another
-    writer left in front of it), or None."""
-    start = line.find(b"{")
-    for _ in range(8):
-        if start < 0:
-            break
-        try:
-            return json.loads(line[start:])
-        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
-            start = line.find(b"{", start + 1)
-    return None
-
-
-def _with_last_words(failure: InfraFailure, chan: _Channel) -> InfraFailure:
-    """``failure`` with what the channel last wrote to its stderr in its evidence."""
-    evidence = {k: v for k, v in failure.evidence.items() if k != "message"}
-    return InfraFailure(failure.kind, failure.message, **evidence, helper_stderr=chan.stderr_tail())
-
-
-def _close_hijacked(sock: Any) -> None:
-    """Close a hijacked exec connection: the HTTP response, its SocketIO and the socket."""
-    raw = getattr(sock, "_sock", sock)
-    response = getattr(sock, "_response", None)
-    with contextlib.suppress(Exception):  # the response's buffered reader may already be closed
-        if response is not None:
-            response.close()
-    with contextlib.suppress(OSError):
-        sock.close()
-    with contextlib.suppress(OSError):
-        raw.close()
+def tar_of(entries: list[tuple[str, bytes | None, int]]) -> bytes:
+    """A tar of (path, data or None for a folder, mode), owned by root, every time 0."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path, data, mode in entries:
+            ti = tarfile.TarInfo(path)
+            ti.mode = mode
+            ti.mtime = 0
+            if data is None:
+                ti.type = tarfile.DIRTYPE
+                tar.addfile(ti)
+            else:
+                ti.size = len(data)
+                tar.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
 
 
 @dataclass
@@ -367,11 +209,11 @@ class DockerSandbox:
     # the sandbox, so a sandbox that stopped while the engine answers is the model's doing.
     root_agent: bool = False
     channel_pid: int | None = field(default=None, repr=False)  # the channel's pid in the sandbox (its hello says)
-    _root: _Channel | None = field(default=None, repr=False)
+    _root: Channel | None = field(default=None, repr=False)
     _root_ready: bool = field(default=False, repr=False)  # its hello was answered
     _root_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _lost: BaseException | None = field(default=None, repr=False)  # how the channel's container was lost, once it was
-    _channel: _Channel | None = field(default=None, repr=False)  # the service user's
+    _channel: Channel | None = field(default=None, repr=False)  # the service user's
     _channel_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _oom_file: str | None = field(default=None, repr=False)  # gVisor: the host cgroup's OOM counter ("" unreadable)
 
@@ -389,7 +231,7 @@ class DockerSandbox:
         guest has no OOM counter of its own; the host kills a guest process's stub, or the
         sentry); None where the host's cgroup cannot be read from here (an engine elsewhere)."""
         if self._oom_file is None:
-            self._oom_file = _host_oom_file(self.container) or ""
+            self._oom_file = host_oom_file(self.container) or ""
         if not self._oom_file:
             return None
         try:
@@ -462,7 +304,7 @@ class DockerSandbox:
         except (docker.errors.DockerException, *TRANSPORT_ERRORS):
             return False
 
-    def _open_root(self) -> _Channel | None:
+    def _open_root(self) -> Channel | None:
         """The root channel, checked by a hello on first use (call with ``_root_lock`` held);
         after a broken connection, attached again. None when this sandbox runs its commands
         through `docker exec` (``channel_off`` says why)."""
@@ -480,7 +322,7 @@ class DockerSandbox:
         chan = self._root
         try:
             hello = chan.call({"cmd": "hello"}, timeout=60, strict=False)
-        except (OSError, ValueError, _Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
+        except (OSError, ValueError, Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
             chan.close()
             self._root = None
             failure = self._infra(e, "the command channel's hello")
@@ -488,11 +330,11 @@ class DockerSandbox:
                 self._lost = failure
                 raise failure from None
             if failure.kind == "container_lost":
-                self._lost = _with_last_words(failure, chan)
+                self._lost = with_last_words(failure, chan)
                 raise self._lost from None
             self.channel_off = f"the command channel did not answer: {type(e).__name__}: {str(e)[:200]}"
             return None
-        if hello.get("protocol") != _CHANNEL_PROTOCOL or hello.get("uid") != 0:
+        if hello.get("protocol") != CHANNEL_PROTOCOL or hello.get("uid") != 0:
             chan.close()  # an image built with an older helper
             self._root = None
             self.channel_off = f"the image's helper speaks another channel protocol: {hello}"
@@ -511,13 +353,13 @@ class DockerSandbox:
                 return None
             try:
                 return chan.call(request, timeout)
-            except (OSError, ValueError, _Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
+            except (OSError, ValueError, Deadline, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
                 chan.close()
                 self._root, self._root_ready = None, False  # the next call attaches again
                 failure = self._infra(e, what)
                 if isinstance(failure, InfraFailure):
                     if failure.kind == "container_lost":  # the channel is the main process: it died, or took it down
-                        failure = _with_last_words(failure, chan)
+                        failure = with_last_words(failure, chan)
                     else:
                         failure = InfraFailure("channel_lost", f"the sandbox's command channel broke during {what}",
                                                container=self.id, error=f"{type(e).__name__}: {str(e)[:300]}",
@@ -537,7 +379,7 @@ class DockerSandbox:
 
     def _run(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
              stdin: bytes | None, deadline: float, limit: int,
-             wrapped: tuple[str, float] | None = None) -> tuple[_Capped, _Capped, bool, list[Any] | None]:
+             wrapped: tuple[str, float] | None = None) -> tuple[Capped, Capped, bool, list[Any] | None]:
         """Run one command as ``user``; returns (stdout, stderr, hit_deadline, status). Raises
         InfraFailure (or ModelFailure when no process can start for the agent's processes).
 
@@ -567,7 +409,7 @@ class DockerSandbox:
                     status = reply.get("status")
                     if status is not None and (not isinstance(status, list) or len(status) < 3):
                         raise ValueError(f"status {status!r}")
-                    return (_Capped.from_parts(limit, reply["stdout"]), _Capped.from_parts(limit, reply["stderr"]),
+                    return (Capped.from_parts(limit, reply["stdout"]), Capped.from_parts(limit, reply["stderr"]),
                             bool(reply["hit"]), status)
                 except (KeyError, TypeError, ValueError) as e:  # binascii.Error is a ValueError
                     raise InfraFailure("channel_failed", "the sandbox's command channel answered something else",
@@ -576,11 +418,11 @@ class DockerSandbox:
                 None)
 
     def _run_exec(self, cmd: list[str], *, user: str, env: dict[str, str] | None, workdir: str,
-             stdin: bytes | None, deadline: float, limit: int) -> tuple[_Capped, _Capped, bool]:
+             stdin: bytes | None, deadline: float, limit: int) -> tuple[Capped, Capped, bool]:
         """Run one command by its own `docker exec` (the fallback); as :meth:`_run`. Under gVisor
         the command is given the spec's pids as RLIMIT_NPROC (no channel puts it in the agent's
         pids cgroup; hits are not counted on this path)."""
-        out, err = _Capped(limit), _Capped(limit)
+        out, err = Capped(limit), Capped(limit)
         if self.limits.gvisor and self.users.get(user, user).split(":")[0] not in ("0", "root"):
             cmd = ["/bin/bash", "-c", f'ulimit -u {int(self.limits.pids)} && exec "$@"', "envkit-exec", *cmd]
         try:
@@ -594,14 +436,14 @@ class DockerSandbox:
             if stdin is not None:
                 raw.sendall(stdin)
                 raw.shutdown(socket.SHUT_WR)
-            for stream, data in _frames(sock, deadline):
+            for stream, data in frames(sock, deadline):
                 (err if stream == 2 else out).add(data)
-        except _Deadline:
+        except Deadline:
             return out, err, True
         except (OSError, *TRANSPORT_ERRORS) as e:  # type: ignore[misc]
             raise self._infra(e, "exec") from None
         finally:
-            _close_hijacked(sock)
+            close_hijacked(sock)
         return out, err, False
 
     # -- the Sandbox protocol ------------------------------------------------------
@@ -636,7 +478,7 @@ class DockerSandbox:
             fields = stderr[idx:].split()
             with contextlib.suppress(ValueError, IndexError):
                 rc, oom, pids = int(fields[1]), int(fields[2]), int(fields[3])
-            own_s, own_cpu = _own_time(fields[4:8])
+            own_s, own_cpu = own_time(fields[4:8])
             trailer = len(stderr) - max(idx - 1, 0)
             stderr = stderr[: max(idx - 1, 0)]
         elif not backstop:
@@ -699,6 +541,48 @@ class DockerSandbox:
         except (ValueError, IndexError):
             raise InfraFailure(f"{args[0]}_failed", f"the sandbox helper `{args[0]}` failed", container=self.id,
                                stderr_tail=err.value()[-1000:].decode(errors="replace")) from None
+
+    def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
+        """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
+        root, folders below ``dest`` made as needed: one request on the command channel, or
+        (without one) one copy into the container by the engine."""
+        entries = [[rel, f"{mode:o}", None if data is None else base64.b64encode(data).decode()] for rel, data, mode in files]
+        reply = self._channel_call({"cmd": "put", "dest": dest, "entries": entries}, timeout=120, what=f"the copy to {dest}")
+        if reply is not None:
+            if "error" in reply:
+                raise InfraFailure("copy_failed", f"the copy to {dest} failed", container=self.id,
+                                   error=reply.get("message", ""))
+            return
+        prefix = dest.strip("/")
+        name = (lambda rel: f"{prefix}/{rel}") if prefix else (lambda rel: rel)
+        dirs = sorted({"/".join(rel.split("/")[:i]) for rel, _, _ in files for i in range(1, rel.count("/") + 1)})
+        tar_entries: list[tuple[str, bytes | None, int]] = [(name(d), None, 0o755) for d in dirs]
+        tar_entries += [(name(rel), data, mode) for rel, data, mode in files]
+        try:  # the engine makes ``dest`` and its parents (0755) when missing
+            ok = self.container.put_archive("/", tar_of(tar_entries))
+        except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
+            raise self._infra(e, f"copy to {dest}") from None
+        if not ok:
+            raise InfraFailure("copy_failed", f"the engine refused the copy to {dest}")
+
+    def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
+        """Stop the agent's processes and remove ``clear`` as root; False when a folder
+        could not be removed."""
+        self.kill_processes(AGENT)
+        if not clear:
+            return True
+        _out, hit = self.run_as_root(["rm", "-rf", "--", *clear], timeout_s=30)
+        if hit:
+            return False
+        check = self.exec(" && ".join(f"test ! -e {shlex.quote(c)}" for c in clear), timeout_s=30, user="root")
+        return check.exit_code == 0
+
+    def run_as_root(self, argv: list[str], *, timeout_s: float = 30, limit: int = 4096) -> tuple[bytes, bool]:
+        """``argv`` (no shell) as root in ``/``: its stdout (up to ``limit`` bytes) and whether it
+        hit the time limit."""
+        out, _err, hit, _ = self._run(argv, user="root", env=None, workdir="/", stdin=None,
+                                      deadline=time.monotonic() + timeout_s, limit=limit)
+        return out.value(), bool(hit)
 
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None:
         self._helper(["write", path, f"{mode:o}"], user=user, stdin=data)
@@ -764,9 +648,9 @@ class DockerSandbox:
                 if self._channel is None:
                     ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "serve"], stdin=True, user=_USERS[SERVICE],
                                                environment=_USER_ENV[SERVICE])
-                    self._channel = _Channel(self._api.exec_start(ex["Id"], socket=True))
+                    self._channel = Channel(self._api.exec_start(ex["Id"], socket=True))
                 data = self._channel.call({"cmd": args[0], "args": args[1:]}, timeout=120)
-            except (OSError, ValueError, _Deadline, docker.errors.DockerException, *TRANSPORT_ERRORS):
+            except (OSError, ValueError, Deadline, docker.errors.DockerException, *TRANSPORT_ERRORS):
                 if self._channel is not None:
                     self._channel.close()
                     self._channel = None
@@ -924,7 +808,7 @@ class DockerBackend:
         before the start, so the channel needs no exec and Python's start-up inside overlaps
         the engine's work (its hello is asked for on first use)."""
         t0 = time.monotonic()
-        attached: list[_Channel] = []
+        attached: list[Channel] = []
 
         def attach(made: Any) -> None:
             attached.append(attach_channel(made))
@@ -943,83 +827,6 @@ class DockerBackend:
     def cleanup(self) -> int:
         """Remove every sandbox this backend's labels match (e.g. after a crash)."""
         return remove_labelled(self.client, self.labels)
-
-
-def _host_oom_file(container: Any) -> str | None:
-    """The host file that counts OOM kills in ``container``'s memory cgroup (cgroup v1's
-    memory.oom_control, v2's memory.events), found from its main process's /proc entry; None
-    when this process cannot see it (another host, another pid namespace)."""
-    try:
-        container.reload()
-        pid = int((container.attrs.get("State") or {}).get("Pid") or 0)
-        with open(f"/proc/{pid}/cgroup") as f:
-            lines = f.read().splitlines()
-    except (OSError, ValueError, docker.errors.DockerException, *TRANSPORT_ERRORS):
-        return None
-    for line in lines:
-        _hier, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            candidate = f"/sys/fs/cgroup/memory{path}/memory.oom_control"
-        elif controllers == "":
-            candidate = f"/sys/fs/cgroup{path}/memory.events"
-        else:
-            continue
-        if os.path.isfile(candidate):
-            return candidate
-    return None
-
-
-def attach_channel(container: Any) -> _Channel:
-    """The host's end of a command channel that is ``container``'s main process (attach to its
-    stdin and stdout; made before the start, nothing it says is missed)."""
-    return _Channel(container.client.api.attach_socket(container.id, params=_ATTACH))
-
-
-def limit_options(lim: SandboxLimits) -> dict[str, Any]:
-    """The container options every sandbox gets from its limits: cgroup caps (memory without
-    swap, CPU quota, pids; the cores, under a CPU partition), the network, no new privileges,
-    tini as PID 1, the OCI runtime. ``network = "none"`` disables the engine's networking
-    for the container: runc still gives it a network namespace of its own with ``lo`` up,
-    but the engine builds no network sandbox and runs no prestart hook (a re-exec of
-    dockerd), which was half of a container's start here (136 -> 75 ms). The engine then
-    writes no /etc/hosts: the envkit base image resolves ``localhost`` with libnss-myhostname
-    (an image on an older base does not), container environments get one written in
-    (:mod:`envkit.sandbox.container`)."""
-    gvisor = lim.gvisor
-    # Under gVisor the host cgroup holds the sentry, the gofer and a stub process per guest
-    # process: the host limits are sized for them, the spec's pids are enforced inside
-    # (guest_args), and the memory limit gets the sentry's and gofer's own share on top.
-    mem = f"{lim.memory_mb + (GVISOR_MEMORY_OVERHEAD_MB if gvisor else 0)}m"
-    opts: dict[str, Any] = dict(
-        detach=True, init=True, user="0:0", network_mode="none" if lim.network == "none" else "bridge",
-        network_disabled=lim.network == "none",
-        security_opt=["no-new-privileges"], pids_limit=gvisor_host_pids(lim.pids) if gvisor else lim.pids,
-        mem_limit=mem, memswap_limit=mem, nano_cpus=int(lim.cpus * 1e9),
-    )
-    if not gvisor:  # under gVisor the engine would give it to the sentry, which the OOM killer then takes first
-        opts["oom_score_adj"] = 500
-    if lim.cpuset:
-        opts["cpuset_cpus"] = lim.cpuset
-    if gvisor:
-        opts["runtime"] = ENGINE_NAMES["gvisor"]
-    return opts
-
-
-# gVisor: the sentry's and the gofer's own memory (~60 MB resident here) on top of the spec's
-GVISOR_MEMORY_OVERHEAD_MB = 128
-
-
-def gvisor_host_pids(pids: int) -> int:
-    """The host pids limit of a gVisor sandbox: the sentry's and gofer's threads (~34 at rest)
-    and, per guest task, its stub's host threads (measured: 100 background sleeps capped at 64
-    tasks held 209 host pids; a fork bomb capped at 64, 163)."""
-    return 3 * pids + 256
-
-
-def guest_args(lim: SandboxLimits) -> list[str]:
-    """What the command channel (``helper.py serve``) is told about limits it enforces itself:
-    under gVisor, the spec's pids limit on every process it starts (helper.py's _AgentPids)."""
-    return ["--agent-pids", str(lim.pids)] if lim.gvisor else []
 
 
 def start_container(client: Any, image: str, options: dict[str, Any], prepare: Any = None) -> Any:

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from envkit.sandbox.docker_backend import DockerSandbox, _close_hijacked, _frames
+from envkit.sandbox.docker_backend import DockerSandbox, close_hijacked, frames
 
 __all__ = ["PortForward"]
 
@@ -69,7 +69,7 @@ class PortForward:
 
         threading.Thread(target=to_sandbox, daemon=True).start()
         try:
-            for stream, data in _frames(relay, time.monotonic() + 3600):
+            for stream, data in frames(relay, time.monotonic() + 3600):
                 if stream == 1:
                     conn.sendall(data)
         except Exception:  # noqa: BLE001 - a closed client or sandbox ends this connection only
@@ -78,7 +78,7 @@ class PortForward:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
             conn.close()
-            _close_hijacked(relay)
+            close_hijacked(relay)
 
     def close(self) -> None:
         self._closed = True

@@ -1,15 +1,15 @@
-from envkit.sandbox.docker_backend import _Capped
+from envkit.sandbox.channel import Capped
 
 
 def test_small_output_is_kept_whole():
-    c = _Capped(100)
+    c = Capped(100)
     c.add(b"hello ")
     c.add(b"world")
     assert c.value() == b"hello world" and not c.truncated
 
 
 def test_large_output_keeps_head_and_tail():
-    c = _Capped(100)
+    c = Capped(100)
     for i in range(1000):
         c.add(f"{i:04d}\n".encode())
     out = c.value()
@@ -29,13 +29,13 @@ def test_a_helper_whose_output_docker_lost_is_run_once_more_when_idempotent():
 
     from envkit.errors import InfraFailure
     from envkit.sandbox import SandboxLimits
-    from envkit.sandbox.docker_backend import DockerSandbox, _Capped
+    from envkit.sandbox.docker_backend import DockerSandbox
 
-    def answer(text: bytes) -> tuple[_Capped, _Capped, bool]:
-        out = _Capped(1 << 20)
+    def answer(text: bytes) -> tuple[Capped, Capped, bool]:
+        out = Capped(1 << 20)
         if text:
             out.add(text)
-        return out, _Capped(1 << 20), False
+        return out, Capped(1 << 20), False
 
     sb = DockerSandbox(container=SimpleNamespace(id="c0"), limits=SandboxLimits(), image="sha256:x")
     replies = [answer(b""), answer(b'{"state_hash": "sha256:a", "commit": "c"}\n')]

@@ -5,7 +5,7 @@ import pytest
 
 from envkit.errors import UserError
 from envkit.sandbox import SandboxLimits
-from envkit.sandbox.docker_backend import limit_options
+from envkit.sandbox.limits import limit_options
 from rl_runner.partition import cpu_list, describe, format_cpus, plan_partition
 
 TWO, SIXTEEN = (0, 1), tuple(range(16))

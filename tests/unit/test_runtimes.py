@@ -10,7 +10,7 @@ import pytest
 
 from envkit.errors import UserError
 from envkit.sandbox import SandboxLimits
-from envkit.sandbox.docker_backend import guest_args, gvisor_host_pids, limit_options
+from envkit.sandbox.limits import guest_args, gvisor_host_pids, limit_options
 from envkit.sandbox.runtimes import choose_runtime
 
 from ..conftest import envkit
