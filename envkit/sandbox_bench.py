@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 from envkit.runtime import EnvRuntime
 from envkit.sandbox.pool import WarmPool
+from envkit.stats import percentile
 
 if TYPE_CHECKING:
     from envkit.records import EpisodeResult
 
-__all__ = ["BenchRow", "EPISODE_TARGETS", "TARGETS", "bench_episodes", "bench_sandbox", "core_seconds", "percentile"]
+__all__ = ["BenchRow", "EPISODE_TARGETS", "TARGETS", "bench_episodes", "bench_sandbox", "core_seconds"]
 
 TARGETS = {"cold_start": ("p50", 0.150), "warm_acquire": ("p50", 0.020), "exec": ("p50", 0.005)}
 HOST_CPU_TARGETS = {"exec": 0.002}  # engine CPU-seconds per command
@@ -105,17 +106,6 @@ def engine_cpu_between(before: dict[tuple[str, ...], float], after: dict[tuple[s
     in full, one that exited in between counts nothing (its last slice is lost, never
     subtracted: a sum over whoever is alive would go negative when a busy thread exits)."""
     return sum(max(0.0, value - before.get(key, 0.0)) for key, value in after.items())
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Linear-interpolated percentile (p in 0..100)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * p / 100
-    lo = int(rank)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
 @dataclass

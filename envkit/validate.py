@@ -74,7 +74,7 @@ class ValidationReport:
 
     def health_figures(self) -> dict[str, Any]:
         """This run's figures in the registry's health-report shape."""
-        from envkit.bench import percentile
+        from envkit.stats import percentile
 
         outcomes = [parse_outcome(o) for t in self.tasks for o in (t.oracle_outcome, t.null_outcome) if o]
         infra: dict[str, int] = {}

@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from envkit.bench import percentile
 from envkit.bundle import Bundle, make_bundle
 from envkit.spec import load_environment
+from envkit.stats import percentile
 from registry_server import admin
 from registry_server.pgtemp import create_database, free_port, pg_bindir, temporary_postgres
 from registry_server.settings import Settings

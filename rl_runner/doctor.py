@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from envkit.bench import percentile
-from rl_runner.metrics import StepRecord
+from envkit.stats import percentile
+from rl_runner.metrics import StepMetrics
 from rl_runner.report import load_run
 
 __all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval", "grade_freshness",
@@ -180,7 +180,7 @@ def grade_signal(with_signal: list[float | None], rewards: list[float | None], v
     return "ok", ""
 
 
-def environment_reliability(metrics: list[StepRecord]) -> dict[str, tuple[int, int]]:
+def environment_reliability(metrics: list[StepMetrics]) -> dict[str, tuple[int, int]]:
     """env version -> (episodes, episodes whose first attempt failed as infra or verifier).
     Runs written before first attempts were counted give their excluded infra failures."""
     out: dict[str, list[int]] = {}

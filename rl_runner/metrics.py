@@ -2,7 +2,7 @@
 (the record `envkit report` and `envkit doctor` read) and the same numbers in TensorBoard
 (``RUN_DIR/tb``), distributions as histograms.
 
-The step record is typed: :class:`StepRecord` and its parts, one dataclass per JSON object,
+The step record is typed: :class:`StepMetrics` and its parts, one dataclass per JSON object,
 whose fields are the keys on disk (so runs written before these types read the same way).
 It is written by :class:`MetricsLog` and read by :func:`read_metrics`, nowhere else. A
 field a line lacks (a run written by an older version) reads as its default: ``None`` for a
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envkit.bench import percentile
+from envkit.stats import percentile
 
 __all__ = ["BatchStats", "Distribution", "Divergence", "EnvVersionFailures", "Failures", "MetricsLog", "Mismatch", "Publish",
-           "Reward", "Signal", "Staleness", "StepRecord", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
+           "Reward", "Signal", "Staleness", "StepMetrics", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
            "read_metrics"]
 
 
@@ -188,7 +188,7 @@ class Throughput:
 
 
 @dataclass
-class StepRecord:
+class StepMetrics:
     """One line of ``metrics.jsonl``: one optimizer step."""
 
     step: int
@@ -220,8 +220,8 @@ class StepRecord:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StepRecord:
-        record: StepRecord = _read(cls, data)
+    def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
+        record: StepMetrics = _read(cls, data)
         return record
 
 
@@ -291,7 +291,7 @@ class MetricsLog:
 
             self.writer = SummaryWriter(log_dir=str(run_dir / "tb"))
 
-    def log(self, record: StepRecord, histograms: dict[str, list[float]] | None = None) -> None:
+    def log(self, record: StepMetrics, histograms: dict[str, list[float]] | None = None) -> None:
         row = record.to_dict()
         with open(self.path, "a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
@@ -314,9 +314,9 @@ class MetricsLog:
             self.writer.close()
 
 
-def read_metrics(run_dir: Path) -> list[StepRecord]:
+def read_metrics(run_dir: Path) -> list[StepMetrics]:
     """The run's step records (none when it has no metrics.jsonl)."""
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [StepRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [StepMetrics.from_dict(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]

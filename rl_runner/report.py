@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from envkit.bench import percentile
 from envkit.errors import UserError
-from rl_runner.metrics import StepRecord, mean_or_none, read_metrics
+from envkit.stats import percentile
+from rl_runner.metrics import StepMetrics, mean_or_none, read_metrics
 
 __all__ = ["PLOTS", "summarize_run", "write_report"]
 
@@ -31,7 +31,7 @@ def _range(values: list[Any]) -> list[float] | None:
     return [min(v), max(v)] if v else None
 
 
-def load_run(run_dir: Path) -> tuple[list[StepRecord], dict[str, Any] | None]:
+def load_run(run_dir: Path) -> tuple[list[StepMetrics], dict[str, Any] | None]:
     if not run_dir.is_dir():
         raise UserError(f"`{run_dir}` is not a folder", "give the run folder that `envkit train` printed (e.g. runs/shellcmd)")
     metrics = read_metrics(run_dir)
@@ -44,7 +44,7 @@ def load_run(run_dir: Path) -> tuple[list[StepRecord], dict[str, Any] | None]:
     return metrics, ev
 
 
-def summarize_run(metrics: list[StepRecord], ev: dict[str, Any] | None) -> dict[str, Any]:
+def summarize_run(metrics: list[StepMetrics], ev: dict[str, Any] | None) -> dict[str, Any]:
     rewards = [m.reward.mean for m in metrics if m.reward.mean is not None]
     ttb = [float(m.ttb_s) for m in metrics if m.ttb_s is not None]
     pub = [float(m.publish.total_s) for m in metrics if m.publish.total_s is not None]

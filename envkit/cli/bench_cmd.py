@@ -11,14 +11,14 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from envkit.bench import against_runc, bench_sandbox
 from envkit.catalog import resolve_environment
-from envkit.cli.options import runtime_option, use_runtime
+from envkit.cli.options import requested_runtime, runtime_option
 from envkit.cli.output import console, print_json
 from envkit.errors import UserError
 from envkit.extras import require
 from envkit.kinds import kind_of
 from envkit.runtime import EnvRuntime
+from envkit.sandbox_bench import against_runc, bench_sandbox
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that print a table.")
 
@@ -38,13 +38,13 @@ def sandbox(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Cold start, warm acquire, exec round trip and reset latencies."""
-    use_runtime(sandbox_runtime)
+    asked = requested_runtime(sandbox_runtime)
     loaded = resolve_environment(env)
     if kind_of(loaded.spec).name == "container":  # before building its task images
         raise UserError(f"`bench sandbox` measures sandboxes that exist before a task; {loaded.ref} is a container "
                         "environment, whose sandbox starts from its task's own image at reset",
                         f"measure its episodes instead: envkit bench episode {env}")
-    runtime = EnvRuntime(loaded)
+    runtime = EnvRuntime(loaded, runtime=asked)
     runs = [runtime]
     if runtime.limits.gvisor:  # runc first, as the baseline of the same run
         runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))
@@ -98,10 +98,10 @@ def episode(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Per-episode overhead: N oracle episodes, wall time and host CPU beyond the commands' own."""
-    use_runtime(sandbox_runtime)
-    from envkit.bench import bench_episodes
+    asked = requested_runtime(sandbox_runtime)
+    from envkit.sandbox_bench import bench_episodes
 
-    runtime = EnvRuntime(resolve_environment(env))
+    runtime = EnvRuntime(resolve_environment(env), runtime=asked)
     if as_json:
         result = bench_episodes(runtime, n=n, concurrency=concurrency, seed=seed, docker_exec=docker_exec)
         print_json(result)
@@ -151,7 +151,7 @@ def registry(
 ) -> None:
     """Metadata GET latency and throughput, publish and pull time: SQLite and PostgreSQL side by side."""
     require("server", "`envkit bench registry`")
-    from registry_server.bench import bench_registry
+    from registry_server.registry_bench import bench_registry
 
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     rows, context = bench_registry(envs=envs, requests=requests, concurrency=concurrency, bundle_mb=bundle_mb, note=note)
@@ -176,12 +176,12 @@ def reset(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Reset latency per environment kind, on a running sandbox (no container re-creation)."""
-    use_runtime(sandbox_runtime)
-    from envkit.bench import bench_resets
+    asked = requested_runtime(sandbox_runtime)
     from envkit.catalog import local_environments
+    from envkit.sandbox_bench import bench_resets
 
     refs = env or [f"{name}@{max(versions)}" for name, versions in sorted(local_environments().items())]
-    runtimes = [EnvRuntime(resolve_environment(r)) for r in refs]
+    runtimes = [EnvRuntime(resolve_environment(r), runtime=asked) for r in refs]
     if as_json:
         rows = bench_resets(runtimes, n=n)
         print_json({"rows": rows})
@@ -231,10 +231,10 @@ def rollout(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Time to a trainable batch: naive vs optimized batch assembly on the same workload, with an ablation."""
-    use_runtime(sandbox_runtime)
+    asked = requested_runtime(sandbox_runtime)
     require("cpu", "`envkit bench rollout`")  # vLLM replicas; torch and transformers for the tiny model
     from rl_runner.batch.assembler import ABLATION, NAIVE, OPTIMIZED
-    from rl_runner.batch.bench import bench_rollout
+    from rl_runner.batch.rollout_bench import bench_rollout
     from rl_runner.batch.workload import WorkloadParams
 
     chosen = {"ablation": ABLATION, "naive,optimized": [NAIVE, OPTIMIZED]}.get(policies.replace(" ", ""))
@@ -252,7 +252,7 @@ def rollout(
                            batches=batches, replicas=replicas or None, pool_size=pool_size or None, model=model, seed=seed,
                            params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
                            ray_address=ray_address, ray_nodes=ray_nodes, cpu_partition=cpu_partition,
-                           replay_scale=replay_scale, say=note)
+                           replay_scale=replay_scale, sandbox_runtime=asked, say=note)
     if as_json:
         print_json(result)
         return
@@ -353,7 +353,7 @@ def synth_bench(
 ) -> None:
     """envkit synth over real packages: tasks, yield per family, time, bytes per task, and a validated sample."""
     require("synth", "envkit bench synth", "libcst")
-    from envkit.synth.bench import PACKAGES, bench_synth
+    from envkit.synth.synth_bench import PACKAGES, bench_synth
 
     started = time.monotonic()
     rows = bench_synth(list(packages or PACKAGES), out, max_tasks=max_tasks, sample=sample, probes=probes, seed=seed,

@@ -12,31 +12,34 @@ from envkit.kinds import build as build_image
 base_app = typer.Typer(no_args_is_help=True, help="The envkit base image (built locally from Debian packages).")
 
 
+def build(
+    env: str = typer.Argument(..., help="Environment folder (or ns/name@version of a local one)."),
+    check_recorded: bool = typer.Option(False, "--check-recorded",
+                                        help="Container environments: fail if a rebuilt task image differs from envkit.lock's."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Bundle an environment and assemble its image; write envkit.lock."""
+    loaded = resolve_environment(env)
+    result = build_image(loaded, check_recorded=check_recorded)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    console.print(f"[bold]{result.env}[/]  {'(cached) ' if result.cached else ''}{result.seconds:.2f} s")
+    console.print(f"  bundle_digest  {result.bundle_digest}  ({result.bundle_size} bytes)")
+    console.print(f"  base_image     {result.base_image}")
+    console.print(f"  image_id       {result.image_id}")
+    console.print(f"  tag            {result.tag}")
+    console.print(f"  lock           {result.lock_file}")
+    if not result.reproducible:
+        console.print(f"  [yellow]not reproducible[/]: {len(result.task_images)} task image(s) built from Dockerfiles, "
+                      "IDs recorded in the lock" + (" and equal to the recorded ones" if check_recorded else ""))
+        for task, image in sorted(result.task_images.items()):
+            console.print(f"    {task:<24} {image}")
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("build")
-    def build(
-        env: str = typer.Argument(..., help="Environment folder (or ns/name@version of a local one)."),
-        check_recorded: bool = typer.Option(False, "--check-recorded",
-                                            help="Container environments: fail if a rebuilt task image differs from envkit.lock's."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    ) -> None:
-        """Bundle an environment and assemble its image; write envkit.lock."""
-        loaded = resolve_environment(env)
-        result = build_image(loaded, check_recorded=check_recorded)
-        if as_json:
-            print_json(result.to_dict())
-            return
-        console.print(f"[bold]{result.env}[/]  {'(cached) ' if result.cached else ''}{result.seconds:.2f} s")
-        console.print(f"  bundle_digest  {result.bundle_digest}  ({result.bundle_size} bytes)")
-        console.print(f"  base_image     {result.base_image}")
-        console.print(f"  image_id       {result.image_id}")
-        console.print(f"  tag            {result.tag}")
-        console.print(f"  lock           {result.lock_file}")
-        if not result.reproducible:
-            console.print(f"  [yellow]not reproducible[/]: {len(result.task_images)} task image(s) built from Dockerfiles, "
-                          "IDs recorded in the lock" + (" and equal to the recorded ones" if check_recorded else ""))
-            for task, image in sorted(result.task_images.items()):
-                console.print(f"    {task:<24} {image}")
+    """Add this module's commands to ``app``."""
+    app.command("build")(build)
 
 
 @base_app.command("build")

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from envkit.agents import parse_agent, run_episode
 from envkit.catalog import resolve_environment
-from envkit.cli.options import runtime_option, use_runtime
+from envkit.cli.options import requested_runtime, runtime_option
 from envkit.cli.output import console, print_json
 from envkit.client import Registry
 from envkit.errors import FailureCategory, parse_outcome
@@ -49,68 +49,72 @@ def _print_trace(result: EpisodeResult) -> None:
         console.print(f"  evidence: {result.evidence}", markup=False, soft_wrap=True)
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("run")
-    def run(
-        env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
-        task: str = typer.Option(..., "--task", "-t", help="Task id."),
-        agent: str = typer.Option("oracle", "--agent", "-a", help="oracle | null | shell:COMMAND"),
-        seed: int = typer.Option(0, "--seed", help="Reset seed."),
-        sandbox_runtime: str = runtime_option(),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    ) -> None:
-        """Run one episode and print its trace and reward."""
-        use_runtime(sandbox_runtime)
-        loaded = resolve_environment(env)
-        chosen_task = loaded.task(task)
-        chosen_agent = parse_agent(agent)
-        runtime = EnvRuntime(loaded)
-        result = run_episode(runtime, chosen_task, seed, chosen_agent)
-        if as_json:
-            print_json(result.to_dict())
-        else:
-            _print_trace(result)
-        if parse_outcome(result.outcome).retryable:
-            raise typer.Exit(1)
+def run(
+    env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+    task: str = typer.Option(..., "--task", "-t", help="Task id."),
+    agent: str = typer.Option("oracle", "--agent", "-a", help="oracle | null | shell:COMMAND"),
+    seed: int = typer.Option(0, "--seed", help="Reset seed."),
+    sandbox_runtime: str = runtime_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Run one episode and print its trace and reward."""
+    asked = requested_runtime(sandbox_runtime)
+    loaded = resolve_environment(env)
+    chosen_task = loaded.task(task)
+    chosen_agent = parse_agent(agent)
+    runtime = EnvRuntime(loaded, runtime=asked)
+    result = run_episode(runtime, chosen_task, seed, chosen_agent)
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        _print_trace(result)
+    if parse_outcome(result.outcome).retryable:
+        raise typer.Exit(1)
 
-    @app.command("validate")
-    def validate(
-        env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
-        seed: int = typer.Option(0, "--seed", help="Reset seed for every episode."),
-        jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
-        probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
-        tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
-        sample: int = typer.Option(None, "--sample", min=1, help="Check N tasks drawn at random (seeded by --seed)."),
-        send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
-        sandbox_runtime: str = runtime_option(),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    ) -> None:
-        """Oracle must reach 1.0, null stay 0.0 and no hack probe beat any task; resets must be deterministic."""
-        use_runtime(sandbox_runtime)
-        probe_set(probes)  # a wrong set name is refused before anything starts
-        loaded = resolve_environment(env)
-        for t in tasks or []:
-            loaded.task(t)
-        runtime = EnvRuntime(loaded)
-        registry = Registry() if send_report else None  # fail early when no registry is configured
-        if as_json:
-            report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample)
-            print_json(report.to_dict())
-        else:
-            columns = (TextColumn("validating {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            with Progress(*columns, console=console, transient=True) as progress:
-                bar = progress.add_task(loaded.ref, total=min(len(tasks or loaded.tasks), sample or 10**9))
-                report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample,
-                                        progress=lambda _c: progress.advance(bar))
-            _print_validation(report, runtime)
-        if registry is not None:
-            ns, name = loaded.spec.environment.name.split("/")
-            with registry:
-                summary = registry.api.report_health(ns, name, loaded.spec.environment.version, report.health_figures())
-            if not as_json:
-                console.print(f"reported to {registry.url}: {summary['episodes']} episodes over {summary['reports']} report(s)")
-        if not report.ok:
-            raise typer.Exit(1)
+
+def validate(
+    env: str = typer.Argument(..., help="Environment folder or ns/name@version."),
+    seed: int = typer.Option(0, "--seed", help="Reset seed for every episode."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Tasks checked at once."),
+    probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
+    tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
+    sample: int = typer.Option(None, "--sample", min=1, help="Check N tasks drawn at random (seeded by --seed)."),
+    send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
+    sandbox_runtime: str = runtime_option(),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Oracle must reach 1.0, null stay 0.0 and no hack probe beat any task; resets must be deterministic."""
+    asked = requested_runtime(sandbox_runtime)
+    probe_set(probes)  # a wrong set name is refused before anything starts
+    loaded = resolve_environment(env)
+    for t in tasks or []:
+        loaded.task(t)
+    runtime = EnvRuntime(loaded, runtime=asked)
+    registry = Registry() if send_report else None  # fail early when no registry is configured
+    if as_json:
+        report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample)
+        print_json(report.to_dict())
+    else:
+        columns = (TextColumn("validating {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            bar = progress.add_task(loaded.ref, total=min(len(tasks or loaded.tasks), sample or 10**9))
+            report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample,
+                                    progress=lambda _c: progress.advance(bar))
+        _print_validation(report, runtime)
+    if registry is not None:
+        ns, name = loaded.spec.environment.name.split("/")
+        with registry:
+            summary = registry.api.report_health(ns, name, loaded.spec.environment.version, report.health_figures())
+        if not as_json:
+            console.print(f"reported to {registry.url}: {summary['episodes']} episodes over {summary['reports']} report(s)")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command("run")(run)
+    app.command("validate")(validate)
 
 
 def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import typer
@@ -18,8 +17,8 @@ def runtime_option() -> Any:
     return typer.Option(None, "--runtime", help=RUNTIME_HELP, show_default=False)
 
 
-def use_runtime(value: str | None) -> None:
-    """Make ``--runtime`` the choice of every environment this process (and the workers it
-    starts) runs: it is passed on as ENVKIT_RUNTIME, which outranks every other setting."""
-    if value:
-        os.environ["ENVKIT_RUNTIME"] = parse_runtime(value, "--runtime")
+def requested_runtime(value: str | None) -> str | None:
+    """``--runtime`` checked (runc or gvisor; a bad value: exit 2), or None. A command passes it
+    to every EnvRuntime it makes (and a run's Ray workers get their driver's), where it outranks
+    every other setting (envkit.sandbox.runtimes.choose_runtime)."""
+    return parse_runtime(value, "--runtime") if value else None

@@ -24,16 +24,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from envkit.bench import core_seconds
 from envkit.catalog import resolve_environment
 from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
+from envkit.sandbox_bench import core_seconds
 from envkit.spec import LoadedEnvironment
 from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
 from rl_runner.batch.workload import WorkloadParams, draw_script, scripted_episode
@@ -42,7 +39,8 @@ from rl_runner.metrics import pct
 from rl_runner.partition import CpuPartition, check_engine, plan_partition
 from rl_runner.policy.client import PolicyClient
 from rl_runner.policy.router import Router
-from rl_runner.policy.server import VLLMServer, has_cuda
+from rl_runner.policy.server import has_cuda
+from rl_runner.policy.service import PolicyService
 from rl_runner.rollout.loop import mark_aborted
 from rl_runner.rollout.trajectory import Trajectory
 
@@ -244,7 +242,7 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
                   batches: int = 2, replicas: int | None = None, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
                   params: WorkloadParams | None = None, policies: list[AssemblyPolicy] | None = None,
                   backend: str = "local", ray_address: str | None = None, ray_nodes: int = 2,
-                  cpu_partition: str = "auto", replay_scale: float = 0.1,
+                  cpu_partition: str = "auto", replay_scale: float = 0.1, sandbox_runtime: str | None = None,
                   say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """``backend``: ``local`` (this machine's Docker, episodes on threads) or ``ray`` (sandbox
     hosts and rollout workers on the Ray cluster at ``ray_address``; without one, a local
@@ -259,20 +257,15 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     policies = policies or ABLATION
     pool_size = pool_size if pool_size is not None else concurrency + max(2, concurrency // 4)
     cores = plan_partition(cpu_partition, replicas, gpu=has_cuda(), remote_sandboxes=ray_address is not None)
-    runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset())
+    runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset(), runtime=sandbox_runtime)
     check_engine(runtime)
     model_path = _ensure_model(model, say)
     replicas = cores.replicas
     say(f"starting {replicas} vLLM replica(s) of {model_path} … {cores.describe()}")
-    servers = [VLLMServer(model_path, log_path=Path("runs/bench") / f"vllm-{k}.log", cpu_bind=cores.bind(k),
-                          affinity=cores.affinity(k)) for k in range(replicas)]
-    started: list[VLLMServer] = []
     cluster: Any = None
+    service = PolicyService(model_path, replicas=replicas, cores=cores, log_dir=Path("runs/bench"))
     try:
-        with ThreadPoolExecutor(max_workers=replicas) as ex:
-            for s in ex.map(lambda s: s.start(), servers):
-                started.append(s)
-        urls = [s.url for s in started]
+        service.start()
         if backend == "ray" and ray_address is None:
             from rl_runner.distributed.cluster import LocalRayCluster
 
@@ -281,16 +274,14 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
             ray_address = cluster.address
         out_rows = []
         for policy in policies:
-            for s in started:  # every policy starts with cold prefix caches
-                httpx.post(f"{s.url}/reset_prefix_cache", params={"reset_running_requests": "true"}, timeout=30)
+            service.reset_prefix_caches()  # every policy starts with cold prefix caches
             say(f"{policy.name}: {batches} batch(es) of {trajectories} …")
             t0 = time.monotonic()
-            router = Router([PolicyClient(u) for u in urls], affinity=policy.affinity)
+            router = Router([PolicyClient(u) for u in service.urls], affinity=policy.affinity)
             placement = RayPlacement(ray_address or "auto", episodes_per_worker=concurrency) if backend == "ray" else None
             runner = None
             try:
-                runner = open_rollouts(runtime, router, ray=placement,
-                                       policy_ready=lambda: all(s.settled() for s in started))
+                runner = open_rollouts(runtime, router, ray=placement, policy_ready=service.ready())
                 cpu0 = core_seconds()
                 row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
                                  concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
@@ -306,8 +297,7 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     finally:
         if cluster is not None:
             cluster.stop()
-        for s in started:
-            s.stop()
+        service.stop()
     naive = next((r for r in out_rows if r["policy"] == "naive"), out_rows[0])
     best = out_rows[-1]
     for r in out_rows:

@@ -136,7 +136,8 @@ class RayRollouts:
         worker_cls = ray.remote(RolloutWorker)
         whandles = [worker_cls.options(num_cpus=0, max_concurrency=self.episodes_per_worker + 16, max_restarts=0,
                                        scheduling_strategy="SPREAD")
-                    .remote(self.runtime.env, self.runtime.build, self.urls, self.affinity, self.worker_setup)
+                    .remote(self.runtime.env, self.runtime.build, self.urls, self.affinity, self.worker_setup,
+                            self.runtime.limits.runtime)
                     for _ in range(w)]
         nodes = ray.get([h.ready.remote() for h in whandles], timeout=600)
         self.pool = [_Member(h, {"node": node}) for h, node in zip(whandles, nodes, strict=True)]

@@ -39,12 +39,15 @@ class RolloutWorker:
     """Runs episode functions (the Ray actor's class)."""
 
     def __init__(self, env: LoadedEnvironment, build: BuildResult, urls: list[str], affinity: bool,
-                 setup: Callable[[], Any] | None = None) -> None:
+                 setup: Callable[[], Any] | None = None, sandbox_runtime: str | None = None) -> None:
+        """``sandbox_runtime``: the driver's (its sandbox hosts' sandboxes run under it), so that
+        every trajectory records the runtime it ran under."""
         import ray
 
         self.node_id = ray.get_runtime_context().get_node_id()
         limits = SandboxLimits.from_spec(env.spec.limits)
-        self.runtime = EnvRuntime(env, build_result=build, backend=_NoLocalSandboxes(build.image_id, limits))
+        self.runtime = EnvRuntime(env, build_result=build, backend=_NoLocalSandboxes(build.image_id, limits),
+                                  runtime=sandbox_runtime)
         self.router = Router([PolicyClient(u) for u in urls], affinity=affinity, record=True)
         self.extra = setup() if setup is not None else None
         self.cancels: dict[str, threading.Event] = {}

@@ -32,57 +32,50 @@ import json
 import math
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envkit.catalog import resolve_environment
-from envkit.errors import FailureCategory, InfraFailure, UserError
+from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.spec import Task
-from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy, Batch
+from rl_runner.batch.assembler import NAIVE, Assembler, AssemblyPolicy
 from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.evaluate import evaluate
 from rl_runner.metrics import (
-    BatchStats,
-    Divergence,
-    EnvVersionFailures,
-    Failures,
     MetricsLog,
     Mismatch,
-    Publish,
-    Reward,
-    Signal,
-    Staleness,
-    StepRecord,
-    Throughput,
-    TrainStats,
-    TrajectoryTimes,
-    distribution,
-    mean_or_none,
+    StepMetrics,
 )
 from rl_runner.partition import CpuPartition, check_engine, plan_partition
 from rl_runner.policy.client import PolicyClient, SamplingParams
 from rl_runner.policy.router import Router
-from rl_runner.policy.server import VLLMServer
-from rl_runner.publish import PublishResult, WeightPublisher
+from rl_runner.policy.service import PolicyService
+from rl_runner.publish import WeightPublisher
 from rl_runner.recipes.config import Recipe
 from rl_runner.recipes.runlock import LOCK_NAME, check_resume, lock_entry, pinned_ref, read_lock, write_lock
+from rl_runner.recipes.steps import (
+    Refused,
+    Target,
+    admit,
+    batch_stats,
+    distinct_prompts,
+    mismatch_probe,
+    step_record,
+    version_lag,
+    with_advantages,
+)
 from rl_runner.rollout.chat import ChatFormat
 from rl_runner.rollout.loop import load_chat_format
 from rl_runner.rollout.runner import EpisodeSpec, run_agent
 from rl_runner.rollout.trajectory import Trajectory, write_jsonl
-from rl_runner.trainer.losses import group_advantages
 from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig, check_checkpoint
 
-__all__ = ["Refused", "TrainRun", "admit", "step_record", "train", "with_advantages"]
+__all__ = ["TrainRun", "assembly_policy", "train"]
 
 
-# An environment of the run: its rollouts (this machine's or a Ray cluster's) and its tasks.
-Target = tuple[Rollouts, list[Task]]
 
 
 @dataclass
@@ -90,7 +83,7 @@ class TrainRun:
     run_dir: Path
     steps: int
     version: int
-    metrics: list[StepRecord] = field(default_factory=list)
+    metrics: list[StepMetrics] = field(default_factory=list)
     eval: dict[str, Any] | None = None
     eval_before: dict[str, Any] | None = None
 
@@ -99,12 +92,14 @@ class TrainRun:
 
 
 def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None],
-               locked: dict[str, dict[str, Any]] | None = None) -> list[tuple[EnvRuntime, list[Task]]]:
+               locked: dict[str, dict[str, Any]] | None = None, sandbox_runtime: str | None = None,
+               ) -> list[tuple[EnvRuntime, list[Task]]]:
     """Each environment resolved once, here (``locked``: a resumed run's lock, whose versions
-    refs without one keep)."""
+    refs without one keep; ``sandbox_runtime``: runc or gvisor as the user asked)."""
     out: list[tuple[EnvRuntime, list[Task]]] = []
     for entry in recipe.envs:
-        runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))), cpuset=cores.cpuset())
+        runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))), cpuset=cores.cpuset(),
+                             runtime=sandbox_runtime)
         if not out:  # the engine's answer is the same for every environment: asked once
             check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
@@ -160,9 +155,6 @@ def _open_rollouts(recipe: Recipe, loaded: list[tuple[EnvRuntime, list[Task]]], 
     return out
 
 
-EARLIER_GROUPS = 4096  # groups whose rewards are kept for their late members (far more than are ever in flight)
-
-
 def assembly_policy(recipe: Recipe) -> AssemblyPolicy:
     """The recipe's batch assembly: ``naive`` (sync only), or the optimized assembler with
     continuous admission in async mode and over-provisioning where asked for."""
@@ -205,186 +197,10 @@ def _group(envs: list[Target], recipe: Recipe, g: int) -> tuple[Rollouts, Episod
     return rollouts, EpisodeSpec(task, seed, f"{rollouts.runtime.env.ref}/{task.id}/{seed}")
 
 
-# -- per-step measurements -------------------------------------------------------------------
-
-
-def _version_of(v: str) -> int:
-    try:
-        return int(v)
-    except ValueError:
-        return 0  # vLLM's "default": the starting weights
-
-
-def _lag(sample: Sample, current: int) -> int:
-    versions = [_version_of(v) for v, m in zip(sample.versions, sample.mask, strict=True) if m]
-    return current - min(versions) if versions else 0
-
-
-def _failure_rates(trajs: list[Trajectory]) -> Failures:
-    n = max(1, len(trajs))
-    categories = Counter(t.outcome.category for t in trajs)
-    by_env: dict[str, list[Trajectory]] = {}
-    for t in trajs:
-        by_env.setdefault(f"{t.env_ref} {t.image_digest[:19]}", []).append(t)
-    return Failures(
-        infra=sum(t.excluded for t in trajs) / n, retried=sum(t.retries > 0 for t in trajs) / n,
-        model=categories[FailureCategory.MODEL] / n, verifier=categories[FailureCategory.VERIFIER] / n,
-        by_env_version={key: EnvVersionFailures(
-            episodes=len(ts), retries=sum(t.retries for t in ts),
-            infra_failures=sum(t.excluded and t.outcome.category is FailureCategory.INFRA for t in ts),
-            # the first attempt failed as infra or verifier, whether a retry then succeeded or not
-            first_attempt_failures=sum(bool(t.attempts) or t.outcome.retryable for t in ts)) for key, ts in by_env.items()})
-
-
-def _distinct_prompts(trajs: list[Trajectory]) -> list[list[int]]:
-    prompts: list[list[int]] = []
-    for tr in trajs:
-        if tr.prompt_token_ids not in prompts:
-            prompts.append(tr.prompt_token_ids)
-    return prompts
-
-
-def _probe(trainer: Trainer, policy: PolicyClient, prompts: list[list[int]], sampling: SamplingParams,
-           version: int) -> Mismatch:
-    """Fresh generations with the weights just published vs the trainer's log-probs."""
-    samples = []
-    round_trip = True
-    for p in prompts:
-        gen = policy.generate(p, sampling)
-        if not gen.token_ids:
-            continue
-        round_trip &= all(v == str(version) for v in gen.weight_versions)
-        samples.append(Sample(p, gen.token_ids, [1] * len(gen.token_ids), gen.logprobs, versions=gen.weight_versions))
-    div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
-    pooled = _pooled(div)
-    return Mismatch(kl=pooled.kl, max_abs=pooled.max_abs, tokens=pooled.tokens, round_trip_ok=round_trip)
-
-
-def _pooled(div: list[dict[str, float]]) -> Divergence:
-    """Per-sample divergences pooled over their tokens: token-weighted KL, worst |Δ log-prob|."""
-    div = [d for d in div if d["tokens"]]
-    tokens = int(sum(d["tokens"] for d in div))
-    if not div:
-        return Divergence(kl=None, max_abs=None, tokens=0)
-    return Divergence(kl=sum(d["kl"] * d["tokens"] for d in div) / tokens, max_abs=max(d["max_abs"] for d in div), tokens=tokens)
-
-
-# -- admission, refusal and the step record ----------------------------------------------------
-
-
-def admit(usable: list[Trajectory], div: list[dict[str, float]], recipe: Recipe,
-          earlier: Mapping[str, Sequence[float]] | None = None) -> list[bool]:
-    """Which usable samples train: sync admits all (all on-policy); async admits a sample whose
-    staleness KL is at most ``async.kl_max`` (not by step count). Then the group rule: a
-    sample trains only beside another admitted member of its group, in this batch or (a late
-    member of a partial group) in ``earlier`` ones: advantages need two."""
-    ok = [True] * len(usable) if recipe.mode == "sync" else [d["kl"] <= recipe.async_.kl_max for d in div]
-    groups = [tr.group_id for tr in usable]
-    kept = Counter(g for g, a in zip(groups, ok, strict=True) if a)
-    earlier = earlier or {}
-    return [a and kept[g] + len(earlier.get(g, ())) >= 2 for g, a in zip(groups, ok, strict=True)]
-
-
-def with_advantages(samples: list[Sample], usable: list[Trajectory], admitted: list[bool],
-                    earlier: dict[str, list[float]] | None = None) -> list[Sample]:
-    """The admitted samples, each with its group-relative advantage set: the batch to train on.
-    ``earlier``: per group, the rewards its members trained on in earlier batches (partial
-    groups): a late member is scored against them as well, and its reward is added to them."""
-    batch = [sm for sm, a in zip(samples, admitted, strict=True) if a]
-    chosen = [tr for tr, a in zip(usable, admitted, strict=True) if a]
-    rewards = [float(tr.reward) for tr in chosen]  # type: ignore[arg-type]
-    groups = [tr.group_id for tr in chosen]
-    advantages = group_advantages(rewards, groups, earlier=earlier)
-    for sm, adv in zip(batch, advantages, strict=True):
-        sm.advantage = adv
-    if earlier is not None:
-        for g, r in zip(groups, rewards, strict=True):
-            earlier.setdefault(g, []).append(r)
-        while len(earlier) > EARLIER_GROUPS:  # insertion order: the oldest groups go first
-            del earlier[next(iter(earlier))]
-    return batch
-
-
-@dataclass
-class Refused:
-    """Batches with nothing to train on since the last step (async: every sample refused as
-    stale; or every episode excluded): no optimizer step, no new version. They count in the
-    next step's record (its wait, its failure rates, its rejected samples)."""
-
-    batches: int = 0
-    samples: int = 0
-    trajectories: list[Trajectory] = field(default_factory=list)
-
-    @property
-    def episodes(self) -> int:
-        return len(self.trajectories)
-
-    def add(self, trajs: list[Trajectory], samples: int, *, step: int, run_dir: Path, kl_max: float) -> None:
-        """Count a refused batch and keep its trajectories (on disk too). Twenty in a row is
-        a failure to report, not a wait."""
-        self.batches += 1
-        self.samples += samples
-        self.trajectories.extend(trajs)
-        write_jsonl(run_dir / "trajectories" / f"step-{step:05d}-refused-{self.batches}.jsonl", trajs)
-        if self.batches >= 20:
-            raise InfraFailure("no_trainable_batch", f"20 batches in a row had nothing to train on before step {step}",
-                               outcomes=dict(Counter(tr.outcome for tr in trajs)), kl_max=kl_max)
-
-
-UNPARSEABLE = "model_failure:unparseable_action"
-
-
-def learning_signal(trajs: list[Trajectory], usable: list[Trajectory]) -> Signal:
-    """The step's :class:`~rl_runner.metrics.Signal`: groups of two or more usable episodes and
-    how many of them have rewards that differ, the share of episodes whose actions parsed, and
-    the sampled tokens' mean ``-log p``."""
-    rewards: dict[str, list[float]] = {}
-    for tr in usable:
-        rewards.setdefault(str(tr.group_id), []).append(float(tr.reward))  # type: ignore[arg-type]
-    groups = [r for r in rewards.values() if len(r) >= 2]
-    scored = [tr for tr in trajs if not tr.excluded]
-    nlp = [-float(lp) for tr in usable for lp, m in zip(tr.logprobs, tr.loss_mask, strict=False) if m]
-    return Signal(groups=len(groups), groups_with_signal=sum(1 for r in groups if max(r) != min(r)),
-                  valid_actions=round(sum(tr.outcome != UNPARSEABLE for tr in scored) / len(scored), 4) if scored else None,
-                  entropy=round(sum(nlp) / len(nlp), 4) if nlp else None)
-
-
-def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, step_s: float, trajs: list[Trajectory],
-                usable: list[Trajectory], env_refs: list[str], batch: BatchStats, trainable: int, refused: Refused,
-                div: list[dict[str, float]], lags: list[int], admitted: list[bool], mismatch: Mismatch,
-                train: dict[str, Any], publish: PublishResult) -> StepRecord:
-    """The step's line of metrics.jsonl: ``trajs`` the batch's episodes, ``usable`` the ones
-    with samples (``div``, ``lags`` and ``admitted`` are per usable sample); ``step_s`` the
-    step's whole time, for its throughput."""
-    def mean_reward(of: list[Trajectory]) -> float | None:
-        return mean_or_none([float(tr.reward) for tr in of])  # type: ignore[arg-type]
-
-    produced = refused.trajectories + trajs
-    tokens = sum(tr.generated_tokens for tr in produced)
-    throughput = Throughput(step_s=round(step_s, 3), generated_tokens=tokens, trajectories=len(produced),
-                            generated_tokens_per_s=round(tokens / step_s, 2) if step_s > 0 else None,
-                            trajectories_per_s=round(len(produced) / step_s, 4) if step_s > 0 else None)
-
-    return StepRecord(
-        step=step, version=version, mode=recipe.mode, wall_s=round(wall_s, 3), ttb_s=round(ttb_s, 4), episodes=len(trajs),
-        batch=batch, trainable=trainable, refused_batches=refused.batches, refused_episodes=refused.episodes,
-        reward=Reward(mean=mean_reward(usable), by_env={ref: mean_reward([tr for tr in usable if tr.env_ref == ref]) for ref in env_refs}),
-        episode_s=distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
-        outcomes=dict(Counter(tr.outcome for tr in trajs)),
-        failures=_failure_rates(refused.trajectories + trajs),
-        staleness=Staleness(kl=distribution([d["kl"] for d in div]), lag={str(k): v for k, v in sorted(Counter(lags).items())},
-                            admitted=sum(admitted), rejected=len(admitted) - sum(admitted) + refused.samples,
-                            kl_max=recipe.async_.kl_max if recipe.mode == "async" else None),
-        mismatch=mismatch, mismatch_batch=_lag0(div, lags), train=TrainStats(**train), signal=learning_signal(trajs, usable),
-        publish=Publish(**publish.to_dict()),
-        throughput=throughput)
-
-
-# -- the loop --------------------------------------------------------------------------------
-
-
-def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None,
-          say: Callable[[str], None] = lambda _m: None) -> TrainRun:
+def train(recipe: Recipe, *, on_step: Callable[[StepMetrics], None] | None = None,
+          say: Callable[[str], None] = lambda _m: None, sandbox_runtime: str | None = None) -> TrainRun:
+    """Run ``recipe`` (see the module's docstring). ``sandbox_runtime``: runc or gvisor as the
+    user asked (``--runtime``); None: as envkit.sandbox.runtimes.choose_runtime decides."""
     # setup
     run_dir = recipe.run_dir or Path("runs") / f"train-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -404,7 +220,7 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
     say(cores.describe())
     lock_dir = check_checkpoint(recipe.resume).resolve().parent.parent if recipe.resume is not None else None  # RUN/checkpoints/step-N
     locked = read_lock(lock_dir) if lock_dir is not None else None
-    loaded = _load_envs(recipe, cores, say, locked)
+    loaded = _load_envs(recipe, cores, say, locked, sandbox_runtime)
     entries = [lock_entry(entry.ref, runtime) for entry, (runtime, _tasks) in zip(recipe.envs, loaded, strict=True)]
     if locked is not None and lock_dir is not None:
         check_resume(locked, entries, lock_dir / LOCK_NAME)  # exit 2 before any model or sandbox starts
@@ -424,24 +240,21 @@ def train(recipe: Recipe, *, on_step: Callable[[StepRecord], None] | None = None
         served = trainer.export(run_dir / "served-model") if not (run_dir / "served-model").exists() else run_dir / "served-model"
         say(f"{recipe.model} ties its embeddings: vLLM serves an untied copy ({served}), the trainer keeps the tie")
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
-        servers = _servers(recipe, served, run_dir, cpu, cores, cleanup)
-        urls = recipe.policy_urls or [s.url for s in servers]
-        clients = [PolicyClient(u) for u in urls]
-        for c in clients:
-            cleanup.callback(c.close)
-        policy = clients[0]  # the mismatch probe's replica
-        publisher = WeightPublisher(urls, run_dir / "weights", reference=served)
+        # the run's own replicas (not started yet), each on its cores, or the recipe's running servers
+        service = cleanup.enter_context(PolicyService(served, urls=recipe.policy_urls, replicas=recipe.replicas, cores=cores,
+                                                      log_dir=run_dir, extra_args=[] if cpu else ["--dtype", recipe.dtype]))
+        publisher = WeightPublisher(service.urls, run_dir / "weights", reference=served)
         cleanup.callback(publisher.close)
         metrics = MetricsLog(run_dir)
         cleanup.callback(metrics.close)
-        router = Router(clients, affinity=True)  # session-affine over the replicas; measures inference idle time
-        ready = (lambda: all(s.settled() for s in servers)) if servers else None
+        router = service.router(affinity=True)  # session-affine over the replicas; measures inference idle time
         if recipe.backend == "ray":  # a cluster's start-up would only compete with vLLM's
-            _start(servers, say)
-        envs = _open_rollouts(recipe, loaded, router, fmt, ready, cleanup, say)
+            service.start(say)
+        envs = _open_rollouts(recipe, loaded, router, fmt, service.ready(), cleanup, say)
         if recipe.backend != "ray":  # this machine's warm pools fill while vLLM starts
-            _start(servers, say)
-        return _loop(_Run(recipe, run_dir, envs, trainer, fmt, policy, router, publisher, metrics), on_step, say)
+            service.start(say)
+        # the mismatch probe's replica: the first
+        return _loop(_Run(recipe, run_dir, envs, trainer, fmt, service.clients[0], router, publisher, metrics), on_step, say)
 
 
 def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
@@ -453,29 +266,6 @@ def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
         spec = "none"
     return plan_partition(spec, recipe.replicas, gpu=not cpu, option="cpu_partition", replicas_option="replicas",
                           remote_sandboxes=recipe.backend == "ray" and recipe.ray.address is not None)
-
-
-def _servers(recipe: Recipe, model: Path, run_dir: Path, cpu: bool, cores: CpuPartition,
-             cleanup: contextlib.ExitStack) -> list[VLLMServer]:
-    """The run's own vLLM replicas of ``model`` (the recipe's, or its untied copy), not started
-    yet (none when the recipe names running ones), each on its cores of the partition."""
-    if recipe.policy_urls:
-        return []
-    servers = [VLLMServer(model, log_path=run_dir / ("vllm.log" if k == 0 else f"vllm-{k}.log"),
-                          extra_args=[] if cpu else ["--dtype", recipe.dtype],
-                          cpu_bind=cores.bind(k), affinity=cores.affinity(k)) for k in range(recipe.replicas)]
-    for s in servers:
-        cleanup.callback(s.stop)
-    return servers
-
-
-def _start(servers: list[VLLMServer], say: Callable[[str], None]) -> None:
-    """Start the replicas at once and wait until every one answers."""
-    if not servers:
-        return
-    say(f"starting {len(servers)} vLLM replica(s) of {servers[0].model} …")
-    with ThreadPoolExecutor(max_workers=len(servers)) as pool:
-        list(pool.map(lambda s: s.start(), servers))
 
 
 @dataclass(frozen=True)
@@ -493,7 +283,7 @@ class _Run:
     metrics: MetricsLog
 
 
-def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable[[str], None]) -> TrainRun:
+def _loop(run: _Run, on_step: Callable[[StepMetrics], None] | None, say: Callable[[str], None]) -> TrainRun:
     recipe, run_dir, envs, trainer, fmt = run.recipe, run.run_dir, run.envs, run.trainer, run.fmt
     policy, router, publisher, metrics = run.policy, run.router, run.publisher, run.metrics
     s = recipe.sampling
@@ -549,7 +339,7 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
             samples = [Sample(tr.prompt_token_ids, tr.completion_token_ids, tr.loss_mask, tr.logprobs, versions=tr.weight_versions)
                        for tr in usable]
             div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
-            lags = [_lag(sm, version) for sm in samples]
+            lags = [version_lag(sm, version) for sm in samples]
 
             # admit (sync: all; async: by KL), then the group rule; nothing admitted: collect again
             admitted = admit(usable, div, recipe, earlier)
@@ -565,15 +355,15 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
             # publish, then probe the mismatch at equal versions
             version = trainer.step
             pub = publisher.publish(trainer.export, version)
-            prompts = _distinct_prompts(usable)[:recipe.probe_prompts]
-            mismatch = _probe(trainer, policy, prompts, sampling, version) if recipe.probe_prompts else Mismatch()
+            prompts = distinct_prompts(usable)[:recipe.probe_prompts]
+            mismatch = mismatch_probe(trainer, policy, prompts, sampling, version) if recipe.probe_prompts else Mismatch()
             trainer.cursor = {"next_group": next_group}
 
             # record
             record = step_record(step=step, version=version, recipe=recipe, wall_s=time.monotonic() - t_run, ttb_s=ttb,
                                  step_s=time.monotonic() - t0,
                                  trajs=trajs, usable=usable, env_refs=[r.runtime.env.ref for r, _ in envs],
-                                 batch=_batch_stats(got, router, envs), trainable=len(batch), refused=refused, div=div,
+                                 batch=batch_stats(got, router, envs), trainable=len(batch), refused=refused, div=div,
                                  lags=lags, admitted=admitted, mismatch=mismatch, train=stats, publish=pub)
             metrics.log(record, histograms={"staleness/kl_samples": [d["kl"] for d in div],
                                             "staleness/lag_samples": [float(x) for x in lags]})
@@ -600,23 +390,3 @@ def _loop(run: _Run, on_step: Callable[[StepRecord], None] | None, say: Callable
     return result
 
 
-def _batch_stats(batch: Batch, router: Router, envs: list[Target]) -> BatchStats:
-    """The assembler's figures for this batch (TTB window: the trainer's wait for it), plus
-    inference idle share and sandbox utilisation over the same window."""
-    spans = [r.occupancy(batch.t_open, batch.t_close) for r, _ in envs]
-    held, alive = sum(h for h, _ in spans), sum(a for _, a in spans)
-    idle = router.idle_share(batch.t_open, batch.t_close)
-    window = dict(batch.stats)
-    times = TrajectoryTimes(**window.pop("trajectory_s"))
-    return BatchStats(**window, trajectory_s=times, inference_idle_share=round(idle, 4) if idle is not None else None,
-                      sandbox_utilisation=round(held / alive, 4) if alive > 0 else None,
-                      prefix_hit_rate=router.cache_stats()["prefix_hit_rate"],
-                      replica_requests=router.cache_stats()["requests"],
-                      sandboxes_created=sum(r.sandbox_stats()["created"] for r, _ in envs),
-                      sandboxes_reused=sum(r.sandbox_stats()["reused"] for r, _ in envs))
-
-
-def _lag0(div: list[dict[str, float]], lags: list[int]) -> Divergence:
-    """The batch's own samples at lag 0 (all of them in sync mode): their KL to the trainer
-    before the update is the numerical mismatch too."""
-    return _pooled([d for d, lag in zip(div, lags, strict=True) if lag == 0])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from rl_runner.metrics import StepRecord, read_metrics
+from rl_runner.metrics import StepMetrics, read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
 from rl_runner.rollout.trajectory import read_jsonl
 
@@ -186,7 +186,7 @@ def test_a_tied_model_publishes_exactly(tmp_path: Path):
 
 _cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
 
-def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[StepRecord]:
+def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[StepMetrics]:
     """`envkit train` of the toy recipe, small batches (2 groups of 4, 4 at once), no eval
     before; it must succeed. Returns its metrics records. (Pass `policy_url=` to train against
     the module's server instead of starting one.)"""

@@ -314,7 +314,7 @@ def test_fresh_sandboxes_are_created_per_episode_and_never_reused():
 
 
 def test_the_replay_runs_the_assembler_alone_on_the_workloads_drawn_durations():
-    from rl_runner.batch.bench import replay_policy
+    from rl_runner.batch.rollout_bench import replay_policy
 
     params = WorkloadParams()
     rows = [replay_policy(p, trajectories=16, group_size=4, concurrency=8, batches=2, seed=3, params=params, scale=0.004)

@@ -20,7 +20,7 @@ from rl_runner.doctor import (
     grade_signal,
     run_checks,
 )
-from rl_runner.metrics import StepRecord
+from rl_runner.metrics import StepMetrics
 
 
 def test_grade_boundaries_are_inclusive():
@@ -54,8 +54,8 @@ def test_publication():
     assert grade_publication([True, False], True) == "fail"
 
 
-def _metrics(rows: list[dict]) -> list[StepRecord]:
-    return [StepRecord.from_dict({"step": i + 1, "version": i + 1, "ttb_s": 1.0, "train": {"train_s": 1.0},
+def _metrics(rows: list[dict]) -> list[StepMetrics]:
+    return [StepMetrics.from_dict({"step": i + 1, "version": i + 1, "ttb_s": 1.0, "train": {"train_s": 1.0},
                                   "publish": {"total_s": 0.1, "served_version": i + 1},
                                   "mismatch": {"kl": 1e-5, "max_abs": 1e-4, "round_trip_ok": True},
                                   "staleness": {"kl": {"p90": 0.0}, "lag": {"0": 8}, "admitted": 8, "rejected": 0},
@@ -77,7 +77,7 @@ def test_reliability_reads_runs_written_before_first_attempts_were_counted():
     assert environment_reliability(old) == {"e 1": (200, 1)}
 
 
-def _signal_run(tmp_path: Path, steps: list[tuple[int, float, float, float]]) -> list[StepRecord]:
+def _signal_run(tmp_path: Path, steps: list[tuple[int, float, float, float]]) -> list[StepMetrics]:
     """(groups with a signal of 8, mean reward, share of parsed actions, entropy) per step."""
     metrics = _metrics([{}] * len(steps))
     for m, (with_signal, reward, valid, entropy) in zip(metrics, steps, strict=True):

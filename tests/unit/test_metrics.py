@@ -18,14 +18,14 @@ from rl_runner.metrics import (
     EnvVersionFailures,
     Mismatch,
     Signal,
-    StepRecord,
+    StepMetrics,
     Throughput,
     TrajectoryTimes,
     read_metrics,
 )
 from rl_runner.publish import PublishResult
 from rl_runner.recipes.config import Recipe
-from rl_runner.recipes.grpo import Refused, admit, step_record, with_advantages
+from rl_runner.recipes.steps import Refused, admit, step_record, with_advantages
 from rl_runner.report import summarize_run
 from rl_runner.rollout.trajectory import Trajectory, read_jsonl
 from rl_runner.trainer.trainer import Sample
@@ -67,7 +67,7 @@ def test_a_metrics_jsonl_written_before_the_typed_records_reads_back_typed(tmp_p
 def test_what_is_written_is_what_the_previous_version_wrote() -> None:
     lines = V0.read_text().splitlines()
     for line in lines[:3]:
-        out = StepRecord.from_dict(json.loads(line)).to_dict()
+        out = StepMetrics.from_dict(json.loads(line)).to_dict()
         assert out.pop("throughput") == asdict(Throughput())  # fields added since: empty for an older run
         assert out["train"].pop("updated") is None
         assert out["train"].pop("kl_ref") is None
@@ -75,7 +75,7 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
         assert out["batch"].pop("late_trajectories") is None
         assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
-    again = StepRecord.from_dict(old).to_dict()
+    again = StepMetrics.from_dict(old).to_dict()
     again.pop("throughput")
     again["train"].pop("updated")
     again["train"].pop("kl_ref")
@@ -89,7 +89,7 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
 def test_a_missing_field_reads_as_none_and_report_and_doctor_still_run(tmp_path: Path) -> None:
     line = {"step": 7, "staleness": {"lag": {"1": 3}}, "failures": {"by_env_version": {"e 1": {"episodes": 5}}},
             "a_key_from_a_newer_version": {"x": 1}}
-    r = StepRecord.from_dict(line)
+    r = StepMetrics.from_dict(line)
     assert r.ttb_s is None and r.mode is None and r.reward.mean is None and r.staleness.kl.p90 is None
     assert r.batch.trajectory_s.p99 is None and r.publish.served_version is None and r.mismatch.round_trip_ok is None
     assert r.staleness.lag == {"1": 3} and r.failures.by_env_version["e 1"] == EnvVersionFailures(episodes=5)
@@ -186,7 +186,7 @@ def test_refused_batches_are_counted_kept_and_end_the_run_at_twenty(step: dict[s
 
 def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, Any]) -> None:
     first_line = json.loads(V0.read_text().splitlines()[0])
-    batch = StepRecord.from_dict(first_line).batch
+    batch = StepMetrics.from_dict(first_line).batch
     pub = PublishResult(version="2", path="runs/x/weights/v000002", write_s=0.01, pause_s=0.02, reload_s=0.03, reset_cache_s=0.004,
                         resume_s=0.005, total_s=0.069, served_version="2", served_versions=["2"])
     admitted = admit(step["usable"], step["div"], step["recipe"])

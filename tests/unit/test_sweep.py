@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envkit.errors import UserError
-from rl_runner.metrics import StepRecord
+from rl_runner.metrics import StepMetrics
 from rl_runner.recipes.sweep import parse_warmup, seed_row, sweep, wilson, write_figure
 
 
@@ -31,7 +31,7 @@ def _run(folder: Path, rewards: list[float], before: float, after: float) -> Pat
     folder.mkdir(parents=True)
     lines = []
     for i, r in enumerate(rewards):
-        m = StepRecord(step=i + 1, version=i + 1)
+        m = StepMetrics(step=i + 1, version=i + 1)
         m.reward.mean = r
         m.signal.groups, m.signal.groups_with_signal, m.signal.valid_actions, m.signal.entropy = 8, 4, 1.0, 0.5
         lines.append(json.dumps(m.to_dict()))

@@ -30,7 +30,7 @@ def test_late_members_are_scored_against_the_rewards_their_group_trained_on_earl
     assert adv[1] == 0.0  # alone, with nothing earlier
 
     from rl_runner.recipes.config import Recipe
-    from rl_runner.recipes.grpo import admit, with_advantages
+    from rl_runner.recipes.steps import admit, with_advantages
     from rl_runner.rollout.trajectory import Trajectory
     from rl_runner.trainer.trainer import Sample
 
