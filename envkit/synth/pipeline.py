@@ -74,6 +74,7 @@ class Candidate:
     drop: str | None = None
     discriminating: list[str] = field(default_factory=list)
     selected: set[str] | None = None  # the tests the first check ran (None: the whole suite)
+    unlinked: int = 0  # failing tests the coverage map did not link to the function (found by the whole suite)
 
     @property
     def family(self) -> str:
@@ -375,17 +376,31 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], caps: Caps | float, 
 
 def confirm(box: SuiteBox, cand: Candidate, stable: set[str], cap_s: float, traces: dict[str, Any]) -> Candidate:
     """The second run, of the whole suite (the same tests must fail), and the replay of the
-    failing tests' calls on the bug (one must differ from the pristine project's)."""
+    failing tests' calls on the bug (one must differ from the pristine project's). Where the
+    whole suite fails more tests than the first check's selection held (the map did not link
+    them to the function: they run it in another process, or use what an earlier test built
+    with it, e.g. a lazily made singleton), a third run of the whole suite must fail exactly
+    the same: those failing tests then count."""
     assert cand.mutation is not None
     ids = [t for t in spread(cand.fail_to_pass, MAX_F2P_STORED * 2) if traces.get(t)]
     out = box.run(cand.mutation.files, cap_s, replay_ids=ids, traces=traces)
     tests = _outcomes(out.get("report"))
     again = sorted(t for t in stable if tests.get(t, {}).get("outcome") != "passed")
+    if (not out["timeout"] and out.get("report") is not None and cand.selected is not None
+            and set(again) - cand.selected and set(cand.fail_to_pass) <= set(again)):
+        third = box.run(cand.mutation.files, cap_s)
+        tests3 = _outcomes(third.get("report"))
+        if third["timeout"] or third.get("report") is None:
+            cand.drop = "the third run did not finish"
+            return cand
+        if sorted(t for t in stable if tests3.get(t, {}).get("outcome") != "passed") != again:
+            cand.drop = "flaky: the tests the coverage map did not link fail in one whole run, not the other"
+            return cand
+        cand.unlinked = len(set(again) - cand.selected)
+        cand.fail_to_pass = again
+        cand.messages = {t: str(tests.get(t, {}).get("message", "not run")) for t in again}
     if out["timeout"] or out.get("report") is None:
         cand.drop = "the second run did not finish"
-    elif cand.selected is not None and set(again) - cand.selected and set(cand.fail_to_pass) <= set(again):
-        cand.drop = ("tests the coverage map does not link to the changed function fail too (they run it in another "
-                     "process or share its results)")
     elif again != cand.fail_to_pass:
         cand.drop = f"flaky: the second run failed {len(again)} tests, the first {len(cand.fail_to_pass)}"
     elif not ids:
@@ -771,7 +786,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
             "first_checks_whole_suite": sum(1 for c in cands if c.mutation is not None and c.selected is None
                                             and c.drop != "the change does not make a different, valid module"),
             "tests_per_first_check": round(statistics.fmean(len(c.selected) for c in cands if c.selected), 1)
-            if any(c.selected for c in cands) else None},
+            if any(c.selected for c in cands) else None,
+            "kept_with_unlinked_failures": sum(1 for c in kept if c.unlinked)},
         "writer": dict(rewrites) if writer else None,
         "timings": timings | {"total_s": seconds},
         "tasks": records,

@@ -328,6 +328,37 @@ def test_checks_start_as_boxes_free_and_what_counts_is_a_prefix_of_the_seeded_or
     assert caps.for_tests({"a", "b", "c"}) == 22.0 and Caps(6.0, 0.2, {"a": 0.05}).for_tests({"a"}) == 3.0
 
 
+def test_failures_the_coverage_map_missed_join_the_task_when_two_whole_runs_agree():
+    from envkit.synth.mutate import Mutation, Site
+    from envkit.synth.pipeline import Candidate, confirm
+
+    stable = {"t::a", "t::b", "t::c"}
+    site = Site("src/m.py", "f", "comparison", 1, 0)
+
+    class Box:  # whole runs fail a and b (b uses what an earlier test built with f); the replay tells a apart
+        def __init__(self, third_fails: set[str]) -> None:
+            self.runs = 0
+            self.third_fails = third_fails
+
+        def run(self, files: dict, cap_s: float, replay_ids: list[str] | None = None, traces: dict | None = None) -> dict:
+            self.runs += 1
+            failing = {"t::a", "t::b"} if self.runs == 1 else self.third_fails
+            tests = {t: {"outcome": "failed" if t in failing else "passed", "message": "boom"} for t in stable}
+            return {"timeout": False, "report": {"tests": tests},
+                    "replay": {"t::a": [1, {"telling": True}]} if replay_ids else None}
+
+    def cand() -> Candidate:
+        c = Candidate([site], mutation=Mutation([site], {"src/m.py": "changed"}), fail_to_pass=["t::a"])
+        c.selected = {"t::a"}  # the map linked only t::a to f
+        return c
+    traces = {"t::a": [{"t": "m.f"}]}
+    box: Any = Box({"t::a", "t::b"})
+    kept = confirm(box, cand(), stable, 5, traces)
+    assert kept.drop is None and kept.fail_to_pass == ["t::a", "t::b"] and kept.unlinked == 1 and box.runs == 2  # the second and third runs
+    flaky = confirm(Box({"t::a"}), cand(), stable, 5, traces)  # type: ignore[arg-type]
+    assert flaky.drop is not None and flaky.drop.startswith("flaky")
+
+
 def test_the_comparison_is_strict_about_types_and_blind_to_order_and_addresses():
     same = calltrace.same
     assert not same(1, 1.0) and not same(True, 1) and not same({"$t": [1]}, [1])
