@@ -299,7 +299,7 @@ def test_a_channel_killed_from_outside_is_the_containers_loss_with_evidence(sand
 def test_without_a_channel_commands_fall_back_to_docker_exec(tight_backend, monkeypatch):
     from envkit.sandbox import docker_backend
 
-    monkeypatch.setattr(docker_backend, "_CHANNEL_PROTOCOL", 99)  # as an image built with an older helper
+    monkeypatch.setattr(docker_backend, "CHANNEL_PROTOCOL", 99)  # as an image built with an older helper
     sb = tight_backend.create()
     try:
         assert sb.exec("id -u").stdout == "1000\n"
