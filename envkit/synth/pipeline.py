@@ -267,19 +267,38 @@ def _outcomes(report: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def baseline(boxes: Boxes, project: Project, progress: Progress) -> tuple[list[str], dict[str, Any]]:
-    """Three runs on the pristine project: the tests that pass every time, and the figures."""
+    """Three runs on the pristine project: the tests that pass every time, and the figures. A
+    test file that does not collect here (it needs an extra the project's test requirements do
+    not list, e.g. a diagram library) stops pytest's whole run: such files are left out
+    (``--ignore``, for the verifier too) with their errors, and the baseline runs again."""
+    first = _baseline_runs(boxes, project, progress)
+    broken = {e["node"].split("::")[0]: str(e.get("message", ""))[:300]
+              for r in first for e in ((r.get("report") or {}).get("collection_errors") or [])}
+    if broken and not project.ignored:
+        project.ignored = sorted(broken)
+        stable, figures = _baseline_figures(_baseline_runs(boxes, project, progress), project)
+    else:
+        stable, figures = _baseline_figures(first, project)
+    figures["ignored_files"] = {path: broken[path] for path in project.ignored if path in broken}
+    return stable, figures
+
+
+def _baseline_runs(boxes: Boxes, project: Project, progress: Progress) -> list[dict[str, Any]]:
     done = [0]
 
     def tick() -> None:
         done[0] += 1
         progress("baseline", done[0], BASELINE_RUNS)
-    runs = boxes.map(lambda box, _: box.run({}, MAX_SUITE_S * 2 + 30), list(range(BASELINE_RUNS)), tick)
-    reports = [r.get("report") for r in runs]
-    if any(r is None for r in reports):
+    return boxes.map(lambda box, _: box.run({}, MAX_SUITE_S * 2 + 30), list(range(BASELINE_RUNS)), tick)
+
+
+def _baseline_figures(runs: list[dict[str, Any]], project: Project) -> tuple[list[str], dict[str, Any]]:
+    if any(r.get("report") is None for r in runs):
         bad = next(r for r in runs if r.get("report") is None)
         why = "ran past 2 min" if bad["timeout"] else f"gave no report: {bad.get('log', '')[-600:]}"
         raise UserError(f"{project.name} {project.version}'s test suite {why}",
                         "check that its tests run with pytest and only the packages its metadata lists for tests")
+    reports: list[dict[str, Any]] = [r["report"] for r in runs]
     collected = max(r["collected"] for r in reports)
     names = set(_outcomes(reports[0]))
     stable = sorted(t for t in names if all(_outcomes(r).get(t, {}).get("outcome") == "passed" for r in reports))

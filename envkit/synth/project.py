@@ -56,6 +56,7 @@ class Project:
     test_dirs: list[str]
     requirements: list[str]
     config_changes: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # test files left out: they do not collect here (the reason: provenance)
 
     def test_files(self) -> list[str]:
         """The pristine test tree the verifier sends: every file under the test folders and the
@@ -80,7 +81,8 @@ class Project:
         return out
 
     def pytest_args(self) -> list[str]:
-        return ["-q", "--tb=short", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider", *self.test_dirs]
+        return ["-q", "--tb=short", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
+                *(f"--ignore={path}" for path in self.ignored), *self.test_dirs]
 
 
 def _metadata(root: Path) -> dict[str, list[str]]:

@@ -181,6 +181,32 @@ def test_layout_requirements_and_config_of_the_fixture_project(minicalc: Path):
     assert neutralise_config(minicalc) == []
 
 
+def test_a_test_file_that_does_not_collect_is_left_out_with_its_error(minicalc: Path):
+    """pytest stops the whole run at a collection error (pyparsing's tests/test_diagram.py needs
+    a diagram library its test requirements do not list): the file is left out (--ignore, the
+    verifier's arguments too) and the baseline runs again."""
+    from envkit.synth.pipeline import Boxes, baseline
+
+    project = analyse(minicalc)
+    seen: list[list[str]] = []
+
+    class Box:
+        def run(self, files: dict, timeout_s: float) -> dict:
+            args = project.pytest_args()
+            seen.append(args)
+            if "--ignore=tests/test_extra.py" not in args:
+                report = {"collected": 0, "seconds": 0.1, "tests": {},
+                          "collection_errors": [{"node": "tests/test_extra.py", "message": "No module named 'railroad'"}]}
+            else:
+                report = {"collected": 2, "seconds": 0.2, "collection_errors": [],
+                          "tests": {t: {"outcome": "passed", "duration": 0.01} for t in ("tests/a.py::x", "tests/a.py::y")}}
+            return {"timeout": False, "report": report}
+    stable, figures = baseline(Boxes([Box(), Box()]), project, lambda *_: None)  # type: ignore[list-item]
+    assert stable == ["tests/a.py::x", "tests/a.py::y"] and project.ignored == ["tests/test_extra.py"]
+    assert figures["ignored_files"] == {"tests/test_extra.py": "No module named 'railroad'"} and len(seen) == 6
+    assert project.pytest_args()[-2:] == ["--ignore=tests/test_extra.py", "tests"]
+
+
 def test_addopts_lose_plugins_and_keep_the_rest():
     assert filter_addopts(["-n", "4", "--cov", "-p", "pytest_cov", "-p", "no:cacheprovider", "--strict-markers", "-x",
                            "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider", "--strict-markers",
