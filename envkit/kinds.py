@@ -205,7 +205,7 @@ class ImageKind:
             if isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
                 failure = ModelFailure("code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) "
                                        "while the verifier called it", timeouts=int(code["timeouts"]), reward=reward)
-            return VerifyResult(reward=reward, details=details, duration_s=duration, model_failure=failure, command_s=_own_s(res),
+            return VerifyResult(reward=reward, details=details, duration_s=duration, model_failure=failure, command_s=res.own_s,
                                 command_cpu_s=res.command_cpu_s or 0.0)
 
     def play_oracle(self, episode: Player) -> None:
@@ -238,14 +238,9 @@ def _counted(res: ExecResult) -> Iterator[None]:
     try:
         yield
     except VerifierFailure as failure:
-        failure.command_s = _own_s(res)  # type: ignore[attr-defined]
+        failure.command_s = res.own_s  # type: ignore[attr-defined]
         failure.command_cpu_s = res.command_cpu_s or 0.0  # type: ignore[attr-defined]
         raise
-
-
-def _own_s(res: ExecResult) -> float:
-    """A verifier command's own time, as measured in the sandbox (else as the host saw it)."""
-    return res.command_s if res.command_s is not None else res.duration_s
 
 
 # -- container: imported Harbor tasks ------------------------------------------------------
@@ -321,7 +316,7 @@ class ContainerKind:
                 raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
             reward = harbor_reward(rewards)
             details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
-            return VerifyResult(reward=reward, details=details, duration_s=duration, command_s=_own_s(res),
+            return VerifyResult(reward=reward, details=details, duration_s=duration, command_s=res.own_s,
                                 command_cpu_s=res.command_cpu_s or 0.0)
 
     @staticmethod

@@ -283,7 +283,7 @@ class Episode:
         """Add the own time and CPU of a command of ``who`` (agent, verifier) to the episode's
         timings (``agent_commands_s``, ``agent_commands_cpu_s``, …): as measured inside the
         sandbox, or ``seconds`` (the host's view) for a tool with no such measure (http, browser)."""
-        own = seconds if result is None else (result.command_s if result.command_s is not None else result.duration_s)
+        own = seconds if result is None else result.own_s
         cpu = 0.0 if result is None else (result.command_cpu_s or 0.0)
         for key, value in ((f"{who}_commands_s", own), (f"{who}_commands_cpu_s", cpu)):
             self.timings[key] = round(self.timings.get(key, 0.0) + value, 6)

@@ -69,6 +69,11 @@ class ExecResult:
         return self.exit_code == 0 and self.limit_hit is None
 
     @property
+    def own_s(self) -> float:
+        """The command's own time as measured in the sandbox, else as the host saw it."""
+        return self.command_s if self.command_s is not None else self.duration_s
+
+    @property
     def limit_hit(self) -> str | None:
         # The first cause wins: a fork bomb that stalls until the timeout is a pids problem.
         if self.oom_killed:
