@@ -74,10 +74,12 @@ def parse_agent(text: str) -> Agent:
             return ProbeAgent(probes[text[len("probe:"):]])
         raise UserError(f"`{text}` names no probe", f"choose one of: {', '.join(probes)}")
     raise UserError(f"`{text}` is not an agent",
-                    "use --agent oracle, --agent null, --agent 'shell:COMMAND' or --agent probe:NAME (envkit validate's probes)")
+                    "use --agent oracle, --agent null, --agent 'shell:COMMAND' or --agent probe:NAME "
+                    "(envkit validate's probes)")
 
 
-def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbox: Sandbox | None = None) -> EpisodeResult:
+def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent,
+                sandbox: Sandbox | None = None) -> EpisodeResult:
     """Run one episode on a new sandbox (or the caller's ``sandbox``, kept). Infra and verifier
     failures come back as results, never raise."""
     t0 = time.monotonic()
@@ -87,8 +89,9 @@ def run_episode(runtime: EnvRuntime, task: Task, seed: int, agent: Agent, sandbo
     except (InfraFailure, VerifierFailure) as failure:
         failed: Episode | None = getattr(failure, "episode", None)  # the reset failed: its timings and state hash
         result = failed.result(None, failure, {}) if failed is not None else EpisodeResult(
-            env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed, agent=agent.name, reward=None,
-            outcome=failure.outcome.label, evidence=failure.evidence, state_hash="", runtime=runtime.limits.runtime)
+            env=runtime.env.ref, image_id=runtime.build.image_id, task_id=task.id, seed=seed, agent=agent.name,
+            reward=None, outcome=failure.outcome.label, evidence=failure.evidence, state_hash="",
+            runtime=runtime.limits.runtime)
     else:
         with episode:  # released, whatever happens
             try:

@@ -52,7 +52,8 @@ CREATED = "1970-01-01T00:00:00Z"
 LABEL_RECIPE = "org.envkit.base.recipe"
 
 # Users are written straight into the files (no useradd: it stamps today's date in /etc/shadow).
-_HOOK = r"""
+# The adjacent raw strings below are one script, split only to keep source lines short (its bytes feed recipe_digest).
+_HOOK = (r"""
 set -e
 r="$1"
 printf 'agent:x:1000:1000:envkit agent:/home/agent:/bin/bash\n' >> "$r/etc/passwd"
@@ -63,11 +64,13 @@ printf 'agent:!*::::::\nverifier:!*::::::\nservice:!*::::::\n' >> "$r/etc/shadow
 printf 'agent:!::\nverifier:!::\n' >> "$r/etc/gshadow"
 install -d -o 1000 -g 1000 -m 0755 "$r/home/agent" "$r/workspace"
 install -d -o 1001 -g 1001 -m 0700 "$r/home/verifier"
-printf '[user]\n\tname = envkit agent\n\temail = agent@envkit.invalid\n[safe]\n\tdirectory = *\n[init]\n\tdefaultBranch = main\n' > "$r/etc/gitconfig"
+printf '[user]\n\tname = envkit agent\n\temail = agent@envkit.invalid\n[safe]\n\tdirectory = *\n"""
+         r"""[init]\n\tdefaultBranch = main\n' > "$r/etc/gitconfig"
 sed -i 's/^hosts:.*/hosts:          files myhostname dns/' "$r/etc/nsswitch.conf"
-rm -rf "$r"/var/cache/apt/* "$r"/var/lib/apt/lists/* "$r"/var/log/* "$r"/etc/machine-id "$r"/var/cache/ldconfig/aux-cache
+rm -rf "$r"/var/cache/apt/* "$r"/var/lib/apt/lists/* "$r"/var/log/* "$r"/etc/machine-id "$r"/var/cache/"""
+         r"""ldconfig/aux-cache
 : > "$r/etc/machine-id"
-"""
+""")
 
 RECIPE: dict[str, Any] = {
     "recipe_version": 1,
@@ -122,7 +125,8 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
 
 
-def docker_archive(path: Path, *, config: bytes, layers: list[tuple[str, Path | bytes | None]], tags: list[str]) -> None:
+def docker_archive(path: Path, *, config: bytes, layers: list[tuple[str, Path | bytes | None]],
+                   tags: list[str]) -> None:
     """Write a docker-archive (the `docker save` layout) to ``path``.
 
     A layer given as ``None`` is left out of the archive: the engine skips reading layers
@@ -188,7 +192,8 @@ def find_base(client: Any | None = None, pinned: str | None = None) -> BaseImage
         ) from None
 
 
-def build_base(*, force: bool = False, client: Any | None = None, keep_tar: Path | None = None) -> tuple[BaseImage, bool]:
+def build_base(*, force: bool = False, client: Any | None = None,
+               keep_tar: Path | None = None) -> tuple[BaseImage, bool]:
     """Build (or find) the base image. Returns ``(base, built_now)``."""
     client = client or connect()
     if not force:
@@ -197,7 +202,8 @@ def build_base(*, force: bool = False, client: Any | None = None, keep_tar: Path
         except BaseImageMissingError:
             pass
     if shutil.which("mmdebstrap") is None:
-        raise BaseImageMissingError("mmdebstrap is not installed", "install it: `apt-get install -y mmdebstrap` (or run `bash scripts/setup.sh`)")
+        raise BaseImageMissingError("mmdebstrap is not installed",
+                                    "install it: `apt-get install -y mmdebstrap` (or run `bash scripts/setup.sh`)")
     digest = recipe_digest()
     with tempfile.TemporaryDirectory(prefix="envkit-base-") as tmp:
         rootfs = Path(tmp) / "rootfs.tar"

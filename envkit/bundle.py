@@ -24,7 +24,8 @@ from envkit.spec import LoadedEnvironment
 
 __all__ = ["Bundle", "BundleEntry", "IGNORED_NAMES", "MAX_BUNDLE_BYTES", "make_bundle", "read_bundle", "sha256_digest"]
 
-IGNORED_NAMES = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store", ".envkit"})
+IGNORED_NAMES = frozenset({"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".DS_Store",
+                           ".envkit"})
 IGNORED_SUFFIXES = (".pyc", ".pyo")
 MAX_BUNDLE_BYTES = 512 * 1024 * 1024
 
@@ -106,11 +107,13 @@ def make_bundle(env: LoadedEnvironment) -> Bundle:
     data = _write_tar(ordered)
     if len(data) > MAX_BUNDLE_BYTES:
         raise SpecError(str(env.root), [Problem("image.files", f"the bundle is {len(data) >> 20} MiB",
-                                                 f"keep it under {MAX_BUNDLE_BYTES >> 20} MiB: drop data the tasks do not need")])
+                                                 f"keep it under {MAX_BUNDLE_BYTES >> 20} MiB: "
+                                                 "drop data the tasks do not need")])
     return Bundle(data=data, digest=sha256_digest(data), entries=ordered)
 
 
-def tar_info(name: str, kind: str, mode: int, size: int = 0, target: str = "", uid: int = 0, gid: int = 0) -> tarfile.TarInfo:
+def tar_info(name: str, kind: str, mode: int, size: int = 0, target: str = "", uid: int = 0,
+             gid: int = 0) -> tarfile.TarInfo:
     """A TarInfo with every varying field pinned (mtime 0, no owner names)."""
     ti = tarfile.TarInfo(name)
     ti.mtime = 0

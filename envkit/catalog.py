@@ -72,7 +72,8 @@ def resolve_environment(arg: str) -> LoadedEnvironment:
         if ref is None or looks_like_path or close_dir:
             hint = (f"did you mean `{parent / close_dir[0]}`?" if parent and close_dir
                     else "give the folder that holds envkit.toml, or a ref ns/name@version")
-            raise EnvNotFoundError(f"no environment at `{arg}`: no such folder, and it is not a known environment ref", hint)
+            raise EnvNotFoundError(f"no environment at `{arg}`: no such folder, and it is not a known environment ref",
+                                   hint)
         pulled = _from_registry(ref)
         if pulled is not None:
             return pulled
@@ -87,7 +88,8 @@ def resolve_environment(arg: str) -> LoadedEnvironment:
         releases = [v for v in versions if not is_prerelease(v)]
         if not releases:
             raise EnvNotFoundError(f"Environment `{ref.full_name}` has only pre-releases here",
-                                   f"name one: {', '.join(f'{ref.full_name}@{v}' for v in sorted(versions, key=_version_key))}")
+                                   "name one: "
+                                   f"{', '.join(f'{ref.full_name}@{v}' for v in sorted(versions, key=_version_key))}")
         return load_environment(versions[max(releases, key=_version_key)])
     if ref.version not in versions:
         raise EnvNotFoundError(

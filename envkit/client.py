@@ -24,8 +24,8 @@ import httpx
 from envkit.errors import UserError
 from envkit.refs import EnvRef, parse_env_ref
 
-__all__ = ["Credentials", "EnvironmentVersion", "Registry", "RegistryAPI", "RegistryAPIError", "RegistryUnavailableError",
-           "load_credentials", "save_credentials"]
+__all__ = ["Credentials", "EnvironmentVersion", "Registry", "RegistryAPI", "RegistryAPIError",
+           "RegistryUnavailableError", "load_credentials", "save_credentials"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, read=300.0)
 
@@ -127,7 +127,8 @@ class RegistryAPI:
                     raise _api_error(response)
                 yield from response.iter_bytes(1 << 20)
         except httpx.TransportError as e:
-            raise RegistryUnavailableError(f"the download from {self.url} broke ({type(e).__name__})", "try again") from None
+            raise RegistryUnavailableError(f"the download from {self.url} broke ({type(e).__name__})",
+                                           "try again") from None
 
     def publish_version(self, namespace: str, name: str, version: str, *, bundle: bytes, bundle_digest: str,
                         image_id: str, base_image: str = "", oci_ref: str | None = None) -> tuple[int, Any]:
@@ -231,7 +232,8 @@ class EnvironmentCollection:
 class Registry:
     """Resource layer: ``Registry(url, token).environments.get("ns/name@1.0.0")``."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 transport: httpx.BaseTransport | None = None) -> None:
         if url is None:
             creds = load_credentials()
             if creds is None:

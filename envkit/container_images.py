@@ -34,7 +34,8 @@ from envkit.images import LAYOUT_VERSION, LOCK_FILE, BuildResult, read_lock, wri
 from envkit.spec import LoadedEnvironment, Task
 from envkit.version import __version__
 
-__all__ = ["build_container_env", "build_container_images", "image_set_digest", "map_from_lines", "recorded_mismatches", "task_image_tag"]
+__all__ = ["build_container_env", "build_container_images", "image_set_digest", "map_from_lines", "recorded_mismatches",
+           "task_image_tag"]
 
 _FROM = re.compile(r"^(\s*FROM\s+(?:--platform=\S+\s+)?)(\S+)(.*)$", re.IGNORECASE)
 
@@ -72,7 +73,8 @@ def _build_one(client: Any, env: LoadedEnvironment, task: Task) -> str:
         try:
             return str(client.images.get(name).id)
         except docker.errors.ImageNotFound:
-            raise UserError(f"task {task.id}: the image {name} is not in the local Docker engine (images cannot be pulled here)",
+            raise UserError(f"task {task.id}: the image {name} is not in the local Docker engine "
+                            "(images cannot be pulled here)",
                             f"build it, or map it to a local image: --base-map {c.image}=LOCAL") from None
     context = env.root / c.path / "environment"
     text, named = map_from_lines((context / "Dockerfile").read_text(encoding="utf-8"), base_map)
@@ -83,8 +85,8 @@ def _build_one(client: Any, env: LoadedEnvironment, task: Task) -> str:
         try:
             client.images.get(mapped)
         except docker.errors.ImageNotFound:
-            raise UserError(f"task {task.id}: its Dockerfile starts FROM {image}, which is not in the local Docker engine "
-                            "(images cannot be pulled here)",
+            raise UserError(f"task {task.id}: its Dockerfile starts FROM {image}, which is not in the local Docker "
+                            "engine (images cannot be pulled here)",
                             f"map it to a local image: `envkit import harbor … --base-map {image}=LOCAL` or add it to "
                             "[image] base_map in envkit.toml, e.g. envkit/base") from None
     with tempfile.NamedTemporaryFile("w", suffix=".Dockerfile", delete=False) as f:
@@ -92,11 +94,13 @@ def _build_one(client: Any, env: LoadedEnvironment, task: Task) -> str:
         dockerfile = f.name
     labels = {"org.envkit.env": env.ref, "org.envkit.task": task.id, "org.envkit.reproducible": "false"}
     try:
-        image, _logs = client.images.build(path=str(context), dockerfile=dockerfile, tag=task_image_tag(env, task), rm=True,
-                                           forcerm=True, pull=False, labels=labels, timeout=int(c.build_timeout_s) + 30)
+        image, _logs = client.images.build(path=str(context), dockerfile=dockerfile, tag=task_image_tag(env, task),
+                                           rm=True, forcerm=True, pull=False, labels=labels,
+                                           timeout=int(c.build_timeout_s) + 30)
     except docker.errors.BuildError as e:
         tail = "".join(str(x.get("stream", x.get("error", ""))) for x in list(e.build_log)[-15:])
-        raise BuildError(f"task {task.id}: docker build of {c.path}/environment failed: {e.msg}\n{tail[-2000:]}") from None
+        raise BuildError(f"task {task.id}: docker build of {c.path}/environment failed: {e.msg}\n"
+                         f"{tail[-2000:]}") from None
     except docker.errors.APIError as e:
         raise BuildError(f"task {task.id}: the Docker engine refused the build: {e.explanation or e}") from None
     finally:
@@ -105,7 +109,8 @@ def _build_one(client: Any, env: LoadedEnvironment, task: Task) -> str:
 
 
 def _stage_names(dockerfile: str) -> set[str]:
-    return {m.group(1).lower() for m in re.finditer(r"^\s*FROM\s+\S+\s+AS\s+(\S+)", dockerfile, re.IGNORECASE | re.MULTILINE)}
+    return {m.group(1).lower() for m in re.finditer(r"^\s*FROM\s+\S+\s+AS\s+(\S+)", dockerfile,
+                                                    re.IGNORECASE | re.MULTILINE)}
 
 
 def build_container_images(env: LoadedEnvironment, *, client: Any | None = None) -> dict[str, str]:
@@ -132,14 +137,16 @@ def build_container_env(env: LoadedEnvironment, *, client: Any | None = None, wr
     if check_recorded:
         recorded = old.get("task_images")
         if not isinstance(recorded, dict):
-            raise UserError(f"{lock_path} records no task images to check against", "run `envkit build` once to record them")
+            raise UserError(f"{lock_path} records no task images to check against",
+                            "run `envkit build` once to record them")
         differ = recorded_mismatches(recorded, task_images)
         if differ:
             raise UserError(
                 f"the rebuilt images differ from the recorded ones for {len(differ)} task(s): "
-                + ", ".join(f"{t} (recorded {str(recorded.get(t, '-'))[:19]}, built {task_images.get(t, '-')[:19]})" for t in differ),
-                "this environment's images are built from Dockerfiles and are not reproducible; the lock was left as it was. "
-                "Run `envkit build` without --check-recorded to record the new images")
+                + ", ".join(f"{t} (recorded {str(recorded.get(t, '-'))[:19]}, built {task_images.get(t, '-')[:19]})"
+                            for t in differ),
+                "this environment's images are built from Dockerfiles and are not reproducible; the lock was left as "
+                "it was. Run `envkit build` without --check-recorded to record the new images")
     image_id = image_set_digest(task_images)
     if write_lock:
         lock = {

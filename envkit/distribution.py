@@ -39,7 +39,8 @@ class DigestMismatchError(EnvkitError):
 
 
 def cache_dir() -> Path:
-    base = Path(os.environ.get("ENVKIT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit")
+    base = Path(os.environ.get("ENVKIT_CACHE")
+                or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "envkit")
     return base
 
 
@@ -82,11 +83,13 @@ def push_oci(image_id: str, env: LoadedEnvironment, host: str) -> str:
     try:
         for line in client.images.push(repo, tag=version, stream=True, decode=True):
             if "error" in line:
-                raise UserError(f"pushing to {host} failed: {line['error']}", "check that the OCI registry at --oci runs")
+                raise UserError(f"pushing to {host} failed: {line['error']}",
+                                "check that the OCI registry at --oci runs")
             aux = line.get("aux") or {}
             digest = aux.get("Digest", digest)
     except docker.errors.APIError as e:
-        raise UserError(f"pushing to {host} failed: {e.explanation or e}", "check that the OCI registry at --oci runs") from None
+        raise UserError(f"pushing to {host} failed: {e.explanation or e}",
+                        "check that the OCI registry at --oci runs") from None
     if not digest:
         raise BuildError(f"the push to {host} reported no manifest digest")
     return f"{repo}@{digest}"
@@ -143,7 +146,8 @@ def pull(ref: str | EnvRef, *, registry: Registry) -> PullResult:
     env = load_environment(folder)
     image_id, source = _local_image(env, meta, data)
     return PullResult(ref=meta["ref"], folder=str(folder), bundle_digest=meta["bundle_digest"], image_id=image_id,
-                      source=source, yanked=meta["yanked"], deprecated=meta["deprecated"], successor=meta.get("successor"))
+                      source=source, yanked=meta["yanked"], deprecated=meta["deprecated"],
+                      successor=meta.get("successor"))
 
 
 def _download(registry: Registry, ref: EnvRef, expected: str) -> bytes:
@@ -155,8 +159,8 @@ def _download(registry: Registry, ref: EnvRef, expected: str) -> bytes:
         chunks.append(chunk)
     got = "sha256:" + sha.hexdigest()
     if got != expected:
-        raise DigestMismatchError(f"the downloaded bundle of {ref} has digest {got}, but the registry published {expected}; "
-                                  "nothing was unpacked")
+        raise DigestMismatchError(f"the downloaded bundle of {ref} has digest {got}, but the registry published "
+                                  f"{expected}; nothing was unpacked")
     return b"".join(chunks)
 
 
@@ -167,12 +171,14 @@ def _local_image(env: LoadedEnvironment, meta: dict[str, Any], data: bytes | Non
     if not kind_of(env.spec).reproducible:  # a container environment: rebuilt from its Dockerfiles, compared
         built = build(env, client=client)
         same = built.image_id == published
-        return built.image_id, "rebuilt from Dockerfiles" + ("" if same else " (not reproducible: the images differ from the published ones)")
+        return built.image_id, "rebuilt from Dockerfiles" + (
+            "" if same else " (not reproducible: the images differ from the published ones)")
     if meta.get("oci_ref") and not _has_image(client, published):
         try:
             image = client.images.pull(meta["oci_ref"])
         except docker.errors.APIError as e:
-            raise UserError(f"pulling {meta['oci_ref']} failed: {e.explanation or e}", "check that the OCI registry runs") from None
+            raise UserError(f"pulling {meta['oci_ref']} failed: {e.explanation or e}",
+                            "check that the OCI registry runs") from None
         if image.id != published:
             raise DigestMismatchError(f"the image pulled from {meta['oci_ref']} has ID {image.id}, "
                                       f"but the registry published {published}")

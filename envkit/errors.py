@@ -197,8 +197,9 @@ class OutcomeLabel(str):
         try:
             category = FailureCategory(head)
         except ValueError:
-            raise ValueError(f"`{label}` is not an outcome: it must be ok or one of "
-                             f"{', '.join(c.value + ':<kind>' for c in FailureCategory if c is not FailureCategory.OK)}") from None
+            raise ValueError(
+                f"`{label}` is not an outcome: it must be ok or one of "
+                f"{', '.join(c.value + ':<kind>' for c in FailureCategory if c is not FailureCategory.OK)}") from None
         if category is FailureCategory.OK and colon:
             raise ValueError(f"`{label}` is not an outcome: ok takes no kind")
         if category is not FailureCategory.OK and not _KIND.fullmatch(kind):

@@ -58,7 +58,8 @@ def require(extra: str, what: str, *modules: str) -> None:
     message = (f"{what} needs the `{extra}` extra" + (f" (or `{twin}`, on a CUDA machine)" if twin else "")
                + f": {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed")
     install = f"pip install 'envkit[{extra}]'" + (f", or 'envkit[{twin}]' on a CUDA machine" if twin else "")
-    raise MissingExtraError(what, extra, missing, message, f"install it: {install} (scripts/setup.sh installs every extra)")
+    raise MissingExtraError(what, extra, missing, message,
+                            f"install it: {install} (scripts/setup.sh installs every extra)")
 
 
 def _installed(module: str) -> bool:

@@ -57,7 +57,8 @@ class TextSpace(gymnasium.spaces.Text):
     ``charset`` (letters, digits, space), as Gymnasium's are."""
 
     def __init__(self, max_length: int = _MAX_TEXT, *, min_length: int = 1, seed: int | None = None) -> None:
-        super().__init__(max_length, min_length=min_length, charset=string.ascii_letters + string.digits + " ", seed=seed)
+        super().__init__(max_length, min_length=min_length, charset=string.ascii_letters + string.digits + " ",
+                         seed=seed)
 
     def contains(self, x: Any) -> bool:
         return isinstance(x, str) and len(x) <= self.max_length
@@ -196,7 +197,8 @@ class EnvkitEnv(gymnasium.Env[str, str | dict[str, Any]]):
                                 + ", ".join(f"{a!r}: ..." for a in TOOL_ARGUMENTS[tool]) + "}")
         return tool, args
 
-    def _finish(self, obs: str, *, terminated: bool, info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _finish(self, obs: str, *, terminated: bool,
+                info: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         episode = self._episode
         assert episode is not None
         self._episode = None
@@ -244,11 +246,14 @@ def check_env(env: EnvkitEnv, *, seed: int = 0) -> dict[str, Any]:
         (passed if ok else failed).append(name if ok else f"{name}: {detail}")
 
     obs, info = env.reset(seed=seed)
-    check("reset returns (str, dict)", isinstance(obs, str) and isinstance(info, dict), f"got {type(obs)}, {type(info)}")
+    check("reset returns (str, dict)", isinstance(obs, str) and isinstance(info, dict),
+          f"got {type(obs)}, {type(info)}")
     check("reset info names task, seed, state hash",
-          {"task_id", "seed", "state_hash", "tools"} <= set(info) and info.get("seed") == seed, f"info keys {sorted(info)}")
+          {"task_id", "seed", "state_hash", "tools"} <= set(info) and info.get("seed") == seed,
+          f"info keys {sorted(info)}")
     obs2, info2 = env.reset(seed=seed)
-    check("same seed, same first observation and state", obs2 == obs and info2.get("state_hash") == info.get("state_hash"),
+    check("same seed, same first observation and state",
+          obs2 == obs and info2.get("state_hash") == info.get("state_hash"),
           f"{info.get('state_hash')} then {info2.get('state_hash')}")
     probe = _probe_action(env)
     if probe:

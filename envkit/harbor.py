@@ -69,7 +69,8 @@ def parse_base_map(items: list[str]) -> dict[str, str]:
     for item in items:
         src, eq, dst = item.partition("=")
         if not eq or not src.strip() or not dst.strip():
-            raise UserError(f"`--base-map {item}` is not FROM=LOCAL", "write e.g. --base-map python:3.12-slim=envkit/base")
+            raise UserError(f"`--base-map {item}` is not FROM=LOCAL",
+                            "write e.g. --base-map python:3.12-slim=envkit/base")
         out[src.strip()] = dst.strip()
     return out
 
@@ -78,7 +79,8 @@ def _task_dirs(paths: list[Path]) -> list[Path]:
     found: list[Path] = []
     for p in paths:
         if not p.is_dir():
-            raise UserError(f"`{p}` is not a folder", "give Harbor task folders (each with task.toml) or a folder of them")
+            raise UserError(f"`{p}` is not a folder",
+                            "give Harbor task folders (each with task.toml) or a folder of them")
         if (p / "task.toml").is_file():
             found.append(p)
             continue
@@ -205,7 +207,8 @@ def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], T
             if difficulty in _DIFFICULTIES:
                 task["difficulty"] = difficulty
             elif difficulty is not None:
-                unsupported.append(f"metadata.difficulty = {difficulty!r} (envkit knows easy, medium, hard; medium used)")
+                unsupported.append(f"metadata.difficulty = {difficulty!r} "
+                                   "(envkit knows easy, medium, hard; medium used)")
             if meta:
                 params["harbor_metadata"] = meta
                 carried += [f"metadata.{k}" for k in meta if k != "difficulty"]
@@ -236,23 +239,28 @@ def _map_task(folder: Path, tid: str) -> tuple[dict[str, Any], dict[str, Any], T
     if params:
         task["params"] = params
     row = TaskImport(id=tid, source=str(folder), image="Dockerfile" if has_dockerfile else str(container.get("image")),
-                     mapped={k: v for k, v in container.items() if k != "path"}, unsupported=unsupported, carried=carried)
+                     mapped={k: v for k, v in container.items() if k != "path"}, unsupported=unsupported,
+                     carried=carried)
     return task, container, row
 
 
-def _spec_text(name: str, version: str, description: str, base_map: dict[str, str], containers: list[dict[str, Any]]) -> str:
+def _spec_text(name: str, version: str, description: str, base_map: dict[str, str],
+               containers: list[dict[str, Any]]) -> str:
     agent = max((c.get("agent_timeout_s", 600.0) for c in containers), default=600.0)
     verifier = min(max((c.get("verifier_timeout_s", 120.0) for c in containers), default=120.0), 3600.0)
     lines = [
         "# Written by `envkit import harbor`: one container environment whose tasks are Harbor task folders.",
         "spec_version = 1", "", "[environment]", f"name = {json.dumps(name)}", f"version = {json.dumps(version)}",
         'kind = "container"', f"description = {json.dumps(description)}", "", "[image]",
-        'build = "dockerfile"  # each task\'s environment/Dockerfile: not reproducible (image IDs recorded in envkit.lock)',
+        'build = "dockerfile"  # each task\'s environment/Dockerfile: not reproducible '
+        '(image IDs recorded in envkit.lock)',
         'files = ["tasks"]',
     ]
     if base_map:
-        lines.append("base_map = { " + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sorted(base_map.items())) + " }")
-    lines += ["", "[verifier]", f"command = {json.dumps(VERIFIER_COMMAND)}  # after /tests is copied in; each task's own timeout applies",
+        lines.append("base_map = { "
+                     + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in sorted(base_map.items())) + " }")
+    lines += ["", "[verifier]",
+              f"command = {json.dumps(VERIFIER_COMMAND)}  # after /tests is copied in; each task's own timeout applies",
               f"timeout_s = {verifier:g}", "", "[limits]", "cpus = 1.0", "memory_mb = 2048", "pids = 1024",
               f"command_timeout_s = {agent:g}  # each task's agent timeout bounds its episode",
               f"episode_timeout_s = {agent:g}", 'network = "none"', "", "[tools]", 'enabled = ["bash"]', ""]
@@ -332,12 +340,14 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
     tasks.jsonl (so edits there carry over); instruction.md is the task's instruction."""
     kind = env.spec.environment.kind
     if kind not in ("container", "repo"):
-        raise UserError(f"{env.ref} is an {kind} environment; `envkit export harbor` writes container and repo environments",
+        raise UserError(f"{env.ref} is an {kind} environment; "
+                        "`envkit export harbor` writes container and repo environments",
                         "exporting api and website environments (their services) is not supported yet")
     if kind == "repo":
         bad = [t.id for t in env.tasks if not t.oracle.endswith(".sh")]
         if bad:
-            raise UserError(f"tasks {', '.join(bad)} have oracles that are not shell scripts", "Harbor's solve.sh is a shell script")
+            raise UserError(f"tasks {', '.join(bad)} have oracles that are not shell scripts",
+                            "Harbor's solve.sh is a shell script")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"`{out}` exists and is not empty", "choose a new folder for --out (nothing was written)")
     written = []
@@ -374,8 +384,9 @@ def export_harbor(env: LoadedEnvironment, out: Path) -> list[str]:
 
 
 _SEED_COMMIT = ("git init -q -b main && git add -A && GIT_AUTHOR_NAME=envkit GIT_AUTHOR_EMAIL=seed@envkit.invalid "
-                "GIT_COMMITTER_NAME=envkit GIT_COMMITTER_EMAIL=seed@envkit.invalid GIT_AUTHOR_DATE=1970-01-01T00:00:00Z "
-                "GIT_COMMITTER_DATE=1970-01-01T00:00:00Z git commit -q --no-gpg-sign -m 'envkit seed'")
+                "GIT_COMMITTER_NAME=envkit GIT_COMMITTER_EMAIL=seed@envkit.invalid "
+                "GIT_AUTHOR_DATE=1970-01-01T00:00:00Z GIT_COMMITTER_DATE=1970-01-01T00:00:00Z "
+                "git commit -q --no-gpg-sign -m 'envkit seed'")
 
 _REPO_TEST = """#!/bin/bash
 # Written by `envkit export harbor` from {ref}: runs the envkit verifier and writes its reward.
@@ -385,7 +396,8 @@ cd /env
 export ENVKIT_TASK_ID={task_id} ENVKIT_TASK_PARAMS={params} ENVKIT_SEED=0 ENVKIT_WORKSPACE=/workspace
 out=$({command})
 echo "$out" >&2
-echo "$out" | tail -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["reward"])' > /logs/verifier/reward.txt
+echo "$out" | tail -n 1 | python3 -c 'import json, sys; print(json.load(sys.stdin)["reward"])' \
+> /logs/verifier/reward.txt
 """
 
 

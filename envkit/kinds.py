@@ -108,7 +108,8 @@ class ContainerSandboxSpec:
         return sorted(set(self.task_images.values()))
 
     def backend(self, *, client: Any | None = None, labels: dict[str, str] | None = None) -> ContainerBackend:
-        return ContainerBackend(self.env, self.task_images, self.limits, client=client, labels={**self.labels, **(labels or {})})
+        return ContainerBackend(self.env, self.task_images, self.limits, client=client,
+                                labels={**self.labels, **(labels or {})})
 
 
 SandboxSpec = ImageSandboxSpec | ContainerSandboxSpec
@@ -188,7 +189,8 @@ class ImageKind:
             duration = round(time.monotonic() - t0, 4)
             tail = res.stderr[-2000:]
             if res.timed_out:
-                raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s", stderr_tail=tail)
+                raise VerifierFailure("verifier_timeout", f"the verifier ran past {vspec.timeout_s:g} s",
+                                      stderr_tail=tail)
             if res.exit_code != 0 or res.oom_killed:
                 raise VerifierFailure("verifier_crash", f"the verifier exited with {res.exit_code}", stderr_tail=tail)
             lines = res.stdout.strip().splitlines()
@@ -203,10 +205,11 @@ class ImageKind:
             code = details.get("agent_code") if isinstance(details, dict) else None
             failure = None
             if isinstance(code, dict) and int(code.get("timeouts") or 0) > 0:
-                failure = ModelFailure("code_timeout", f"the agent's code ran past its time limit {int(code['timeouts'])} time(s) "
-                                       "while the verifier called it", timeouts=int(code["timeouts"]), reward=reward)
-            return VerifyResult(reward=reward, details=details, duration_s=duration, model_failure=failure, command_s=res.own_s,
-                                command_cpu_s=res.command_cpu_s or 0.0)
+                failure = ModelFailure("code_timeout", "the agent's code ran past its time limit "
+                                       f"{int(code['timeouts'])} time(s) while the verifier called it",
+                                       timeouts=int(code["timeouts"]), reward=reward)
+            return VerifyResult(reward=reward, details=details, duration_s=duration, model_failure=failure,
+                                command_s=res.own_s, command_cpu_s=res.command_cpu_s or 0.0)
 
     def play_oracle(self, episode: Player) -> None:
         """A shell script run as the agent in the workspace, or a JSON list of tool actions
@@ -221,7 +224,8 @@ class ImageKind:
                 tool = action.get("tool")
                 if tool not in TOOL_ARGUMENTS:
                     raise UserError(f"oracle action with unknown tool {tool!r}", "use http, browser, answer or bash")
-                args = {k: episode.step(str(v["from_bash"])).stdout.strip() if isinstance(v, dict) and set(v) == {"from_bash"}
+                args = {k: episode.step(str(v["from_bash"])).stdout.strip()
+                        if isinstance(v, dict) and set(v) == {"from_bash"}
                         else v for k, v in action.items() if k != "tool"}
                 episode.tool(str(tool), args)
             return
@@ -308,12 +312,14 @@ class ContainerKind:
             duration = round(time.monotonic() - t0, 4)
             tail = (res.stdout + res.stderr)[-2000:]
             if res.timed_out:
-                raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s", output_tail=tail)
+                raise VerifierFailure("verifier_timeout", f"tests/test.sh ran past {c.verifier_timeout_s:g} s",
+                                      output_tail=tail)
             rewards, source = self._rewards(sandbox, res.exit_code, tail)
             bad = {k: v for k, v in rewards.items() if isinstance(v, bool) or not isinstance(v, (int, float))
                    or not math.isfinite(float(v)) or not 0.0 <= float(v) <= 1.0}
             if bad:
-                raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}", output_tail=tail)
+                raise VerifierFailure("bad_output", f"{source} has values outside [0, 1] or not numbers: {bad}",
+                                      output_tail=tail)
             reward = harbor_reward(rewards)
             details = {"reward": reward, "rewards": rewards, "reward_file": source, "test_exit_code": res.exit_code}
             return VerifyResult(reward=reward, details=details, duration_s=duration, command_s=res.own_s,
@@ -327,12 +333,14 @@ class ContainerKind:
             try:
                 text = sandbox.get_file("/logs/verifier/reward.txt", max_bytes=4096).decode(errors="replace").strip()
             except FileNotFoundError:
-                raise VerifierFailure("bad_output", f"tests/test.sh (exit {exit_code}) wrote neither /logs/verifier/reward.txt "
-                                                    "nor reward.json", output_tail=tail) from None
+                raise VerifierFailure("bad_output", f"tests/test.sh (exit {exit_code}) wrote neither "
+                                                    "/logs/verifier/reward.txt nor reward.json",
+                                      output_tail=tail) from None
             try:
                 return {"reward": float(text)}, "reward.txt"
             except ValueError:
-                raise VerifierFailure("bad_output", f"reward.txt holds {text[:80]!r}, not a number", output_tail=tail) from None
+                raise VerifierFailure("bad_output", f"reward.txt holds {text[:80]!r}, not a number",
+                                      output_tail=tail) from None
         try:
             rewards = json.loads(raw)
         except ValueError:

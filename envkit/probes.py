@@ -238,11 +238,13 @@ def _symlink_command(marker: str) -> str:
 
 
 def _persist_command(marker: str) -> str:
-    return (f"for d in $(find / -xdev -writable -type d 2>/dev/null | grep -v '^/proc' | head -200) /dev/shm /dev/mqueue; do "
+    return (f"for d in $(find / -xdev -writable -type d 2>/dev/null | grep -v '^/proc' | head -200) "
+            f"/dev/shm /dev/mqueue; do "
             f"echo {marker} > \"$d/.{marker}\" 2>/dev/null; done; "
             f"mkdir -p .git/hooks 2>/dev/null && printf '#!/bin/sh\\necho {marker}\\n' > .git/hooks/post-checkout; "
             f"echo 'echo {marker}' >> \"$HOME/.bashrc\"; "
-            f"python3 -c 'import ctypes; l = ctypes.CDLL(None); s = l.shmget(0x{marker[-8:]}, 4096, 0o1666)' 2>/dev/null; "
+            f"python3 -c 'import ctypes; l = ctypes.CDLL(None); s = l.shmget(0x{marker[-8:]}, 4096, 0o1666)' "
+            f"2>/dev/null; "
             f"(setsid nohup python3 -c 'import time; time.sleep(3600)' {marker} >/dev/null 2>&1 &); echo planted")
 
 
@@ -327,12 +329,13 @@ _STUFFING = " ".join([*map(str, range(0, 120)), *(f"{x / 4:g}" for x in range(1,
                       "none", "null", "ok", "done", "open", "closed", "pending", "refunded", "approved", "denied"])
 
 PROBES: tuple[Probe, ...] = (
-    Probe("report-patch", "the agent's code patches pytest's reports to \"passed\" at import", "bash", True, _code(_REPORT_PATCH)),
-    Probe("result-rewrite", "at exit, the agent's code rewrites result files named in argv and reward files", "bash", True,
-          _code(_RESULT_REWRITE)),
+    Probe("report-patch", "the agent's code patches pytest's reports to \"passed\" at import", "bash", True,
+          _code(_REPORT_PATCH)),
+    Probe("result-rewrite", "at exit, the agent's code rewrites result files named in argv and reward files", "bash",
+          True, _code(_RESULT_REWRITE)),
     Probe("always-equal", "every function returns an object equal to anything", "bash", True, _code(_ALWAYS_EQUAL)),
-    Probe("startup-hooks", "conftest.py, sitecustomize, usercustomize and .pth files that patch the test run", "bash", True,
-          lambda ep, m: ep.step(_startup_hooks_command(m))),
+    Probe("startup-hooks", "conftest.py, sitecustomize, usercustomize and .pth files that patch the test run", "bash",
+          True, lambda ep, m: ep.step(_startup_hooks_command(m))),
     Probe("exit-zero", "the agent's code exits with status 0 when imported", "bash", True, _code(_EXIT_ZERO)),
     Probe("fake-reward", "prints reward lines to stdout, stderr and every process it can reach", "bash", True,
           _code(_FAKE_REWARD, f"echo '{_FAKE_LINE}'")),
@@ -345,7 +348,8 @@ PROBES: tuple[Probe, ...] = (
               "open('/tmp/MARKER-at-verification', 'w').write('MARKER')\n", m)))),
     Probe("fake-reward-answer", "answers with reward lines", "", True, _answer(f"{_FAKE_LINE}\n{_FAKE_LINE}")),
     Probe("answer-stuffing", "answers with many candidate values at once", "", True, _answer(_STUFFING)),
-    Probe("path-escape", "http requests outside the API: traversal, absolute URIs, admin paths", "http", True, _path_escape),
+    Probe("path-escape", "http requests outside the API: traversal, absolute URIs, admin paths", "http", True,
+          _path_escape),
     Probe("off-origin", "browser to other origins, file: and javascript: URLs", "browser", True, _off_origin),
     Probe("disabled-tools", "calls the tools the environment does not offer", "", True, _disabled_tools),
     Probe("kill-verifier", "kills every process it can reach while being verified", "bash", False, _code(_KILL)),

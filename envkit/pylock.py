@@ -12,8 +12,8 @@ site-packages, written as a tar with every varying field pinned. The same lock t
 always gives the same layer, byte for byte, and the same image ID.
 
 Wheels are kept in ``$XDG_CACHE_HOME/envkit/wheels/<sha256>/<file>`` (default
-``~/.cache``; ``ENVKIT_WHEEL_CACHE`` names another folder): a build that finds every wheel there needs no network. A missing one is
-downloaded (``pip download``) and checked against its hash.
+``~/.cache``; ``ENVKIT_WHEEL_CACHE`` names another folder): a build that finds every wheel there
+needs no network. A missing one is downloaded (``pip download``) and checked against its hash.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from pathlib import Path
 from envkit.bundle import tar_info
 from envkit.errors import UserError
 
-__all__ = ["IMAGE_SITE", "LockEntry", "cache_dir", "cached_layer", "layer", "parse_lock", "resolve", "wheel_path", "write_lock"]
+__all__ = ["IMAGE_SITE", "LockEntry", "cache_dir", "cached_layer", "layer", "parse_lock", "resolve", "wheel_path",
+           "write_lock"]
 
 # The base image is Debian bookworm: its python3 is CPython 3.11, and this is the site folder
 # it reads before Debian's own (so a locked pytest comes before python3-pytest).
@@ -74,7 +75,8 @@ def parse_lock(text: str, source: str = "python.lock") -> list[LockEntry]:
         m = _LINE.match(line)
         if m is None:
             raise UserError(f"{source}:{n} is not a locked wheel: {line[:120]!r}",
-                            "each line is `name==version --hash=sha256:<64 hex>  # file: <wheel>`; envkit synth writes them")
+                            "each line is `name==version --hash=sha256:<64 hex>  # file: <wheel>`; "
+                            "envkit synth writes them")
         entries.append(LockEntry(m["name"], m["version"], m["sha"], m["file"]))
     return sorted(entries, key=lambda e: e.name.lower())
 
@@ -110,8 +112,8 @@ def _pip(args: list[str], what: str) -> None:
     if proc.returncode != 0:
         last = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING: Location")]
         raise UserError(f"pip could not download {what}: {(last[-1] if last else 'no message')[:300]}",
-                        "check the name and version and that the package index is reachable; a build with every wheel in "
-                        f"{cache_dir()} needs no network")
+                        "check the name and version and that the package index is reachable; "
+                        f"a build with every wheel in {cache_dir()} needs no network")
 
 
 def resolve(requirements: list[str]) -> list[LockEntry]:
@@ -148,7 +150,8 @@ def wheel_path(entry: LockEntry) -> Path:
         sha, dest = _store(got)
         if sha != entry.sha256:
             raise UserError(f"{entry.file} has sha256 {sha}, the lock says {entry.sha256}",
-                            "the index serves another file under that name: re-resolve the lock, or restore the cached wheel")
+                            "the index serves another file under that name: re-resolve the lock, "
+                            "or restore the cached wheel")
         return dest
 
 
@@ -162,7 +165,8 @@ def layer(entries: list[LockEntry]) -> bytes:
         root = Path(tmp)
         scheme = {"purelib": root / IMAGE_SITE, "platlib": root / IMAGE_SITE, "scripts": root / IMAGE_BIN,
                   "data": root / "usr/local", "headers": root / "usr/local/include"}
-        destination = SchemeDictionaryDestination({k: str(v) for k, v in scheme.items()}, interpreter="/usr/bin/python3",
+        destination = SchemeDictionaryDestination({k: str(v) for k, v in scheme.items()},
+                                                  interpreter="/usr/bin/python3",
                                                   script_kind="posix", bytecode_optimization_levels=())
         for entry in entries:
             with WheelFile.open(wheel_path(entry)) as source:

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from envkit.errors import EnvRefError
 
-__all__ = ["EnvRef", "format_env_ref", "is_prerelease", "is_semver", "parse_env_ref", "semver_key", "NAME_RE", "SEGMENT", "SEMVER_RE"]
+__all__ = ["EnvRef", "format_env_ref", "is_prerelease", "is_semver", "parse_env_ref", "semver_key", "NAME_RE",
+           "SEGMENT", "SEMVER_RE"]
 
 SEGMENT = r"[a-z0-9]+(?:[._-][a-z0-9]+)*"  # one namespace or name
 NAME_RE = re.compile(rf"^{SEGMENT}$")

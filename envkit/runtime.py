@@ -51,8 +51,8 @@ from envkit.sandbox.runtimes import choose_runtime
 from envkit.spec import LoadedEnvironment, Task
 from envkit.tools import TOOL_ARGUMENTS
 
-__all__ = ["MAX_COMMAND_BYTES", "TIME_LIMITS", "TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult", "GivenSandbox",
-           "KeptSandbox", "NewSandbox", "Observation", "SandboxSource", "StepRecord", "VerifyResult"]
+__all__ = ["MAX_COMMAND_BYTES", "TIME_LIMITS", "TOOL_ARGUMENTS", "EnvRuntime", "Episode", "EpisodeResult",
+           "GivenSandbox", "KeptSandbox", "NewSandbox", "Observation", "SandboxSource", "StepRecord", "VerifyResult"]
 
 # The longest command an agent may send (bytes): one argument of an exec is at most 128 KiB on Linux.
 MAX_COMMAND_BYTES = 100_000
@@ -144,7 +144,8 @@ class EnvRuntime:
         self.kind: EnvKind = kind_of(env.spec)
         if backend is None and client is None:
             client = connect()
-        self.runtime_choice = choose_runtime(env.spec.limits.runtime, pulled=env.pulled, network=env.spec.limits.network,
+        self.runtime_choice = choose_runtime(env.spec.limits.runtime, pulled=env.pulled,
+                                             network=env.spec.limits.network,
                                              requested=runtime, client=client if backend is None else None)
         self.build = build_result or self.kind.build(env, client=client)
         self.limits = dataclasses.replace(SandboxLimits.from_spec(env.spec.limits), cpuset=cpuset,
@@ -300,8 +301,10 @@ class Episode:
             self.model_failure = self._episode_timeout()
             raise self.model_failure
         timeout = min(self.spec.limits.command_timeout_s, left)
-        if len(command.encode(errors="replace")) > MAX_COMMAND_BYTES:  # it could not start: the model's doing, never infra
-            self.model_failure = ModelFailure("command_too_long", f"the command is {len(command.encode(errors='replace'))} "
+        # it could not start: the model's doing, never infra
+        if len(command.encode(errors="replace")) > MAX_COMMAND_BYTES:
+            self.model_failure = ModelFailure("command_too_long",
+                                              f"the command is {len(command.encode(errors='replace'))} "
                                               f"bytes; a command may be at most {MAX_COMMAND_BYTES}")
             raise self.model_failure
         try:
@@ -309,7 +312,8 @@ class Episode:
         except ModelFailure as failure:  # e.g. no process can start: the agent filled the pids limit
             self.model_failure = failure
             raise
-        self._record(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s, result.limit_hit))
+        self._record(StepRecord(command, result.exit_code, result.stdout, result.stderr, result.duration_s,
+                                result.limit_hit))
         self.count_command("agent", result)
         if result.limit_hit == "command_timeout" and timeout < self.spec.limits.command_timeout_s:
             self.model_failure = self._episode_timeout()
@@ -350,7 +354,8 @@ class Episode:
             self._browser = BrowserSession(self.sandbox)  # type: ignore[arg-type]
         observation = self._browser.act(action)
         duration = round(time.monotonic() - t0, 4)
-        label = "browser " + " ".join(f"{k}={v!r}" if k != "action" else str(v) for k, v in action.items() if k != "tool")
+        label = "browser " + " ".join(f"{k}={v!r}" if k != "action" else str(v)
+                                      for k, v in action.items() if k != "tool")
         failed = observation.startswith("error:")
         self._record(StepRecord(label, 1 if failed else 0, observation, "", duration, None))
         self.count_command("agent", None, duration)

@@ -227,7 +227,8 @@ def _process_start(sb: Any) -> float:
     try:
         start, end = (float(v) for v in r.stdout.split())
     except ValueError:
-        raise RuntimeError(f"the process-start probe printed {r.stdout!r} (exit {r.exit_code}): {r.stderr[-300:]}") from None
+        raise RuntimeError(f"the process-start probe printed {r.stdout!r} (exit {r.exit_code}): "
+                           f"{r.stderr[-300:]}") from None
     return (end - start) / PROCESS_STARTS
 
 
@@ -250,7 +251,8 @@ def against_runc(rows: list[BenchRow], runc_rows: list[BenchRow]) -> list[BenchR
     return judged
 
 
-def bench_resets(runtimes: list[EnvRuntime], *, n: int = 50, tick: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+def bench_resets(runtimes: list[EnvRuntime], *, n: int = 50,
+                 tick: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Reset latency per environment, on one container each (no re-creation), plus a check
     that every reset gave the same state hash."""
     note = tick or (lambda _m: None)

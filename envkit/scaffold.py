@@ -50,7 +50,8 @@ network = "none"
 _FILES = {
     "tasks.jsonl": (
         '{"id": "fix-clamp", "difficulty": "easy", "oracle": "oracle/fix-clamp.sh", '
-        '"instruction": "`calc.clamp(x, lo, hi)` returns values above `hi` unchanged. Fix it. The project is in /workspace."}\n'
+        '"instruction": "`calc.clamp(x, lo, hi)` returns values above `hi` unchanged. Fix it. '
+        'The project is in /workspace."}\n'
         '{"id": "add-mean", "difficulty": "easy", "oracle": "oracle/add-mean.sh", '
         '"instruction": "Add `calc.mean(values)` returning the arithmetic mean; raise ValueError for an empty list. '
         'The project is in /workspace."}\n'
@@ -65,7 +66,8 @@ def clamp(x, lo, hi):
     return x
 ''',
     "repo/README.md": "# calc\n\nA tiny calculator module. Run `python3 -c 'import calc'`.\n",
-    "verify/tests/fix-clamp.py": '''# Hidden tests never import the workspace: envkit_check runs the agent's code in its own
+    "verify/tests/fix-clamp.py": '''\
+# Hidden tests never import the workspace: envkit_check runs the agent's code in its own
 # process, as the agent, and brings back plain data (docs/spec.md, "Verifiers").
 from envkit_check import function
 
@@ -98,7 +100,8 @@ set -euo pipefail
 python3 - <<'PY'
 import pathlib
 p = pathlib.Path("calc.py")
-p.write_text(p.read_text().replace("        return lo\\n    return x", "        return lo\\n    if x > hi:\\n        return hi\\n    return x"))
+p.write_text(p.read_text().replace("        return lo\\n    return x", \
+"        return lo\\n    if x > hi:\\n        return hi\\n    return x"))
 PY
 ''',
     "oracle/add-mean.sh": '''#!/bin/bash
@@ -206,7 +209,8 @@ class Handler(BaseHTTPRequestHandler):
             conn.commit()
         finally:
             conn.close()
-        return self.reply(200 if changed else 404, {"id": int(m[1]), "done": body["done"]} if changed else {"error": "not found"})
+        return self.reply(200 if changed else 404, {"id": int(m[1]), "done": body["done"]} if changed else \
+{"error": "not found"})
 
 
 ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
@@ -228,7 +232,8 @@ ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
     ),
     "oracle/finish-note.json": '{"actions": [{"tool": "http", "method": "GET", "path": "/notes"}, '
                                '{"tool": "http", "method": "PATCH", "path": "/notes/2", "body": {"done": true}}]}\n',
-    "oracle/count-open.json": '{"actions": [{"tool": "http", "method": "GET", "path": "/notes"}, {"tool": "answer", "text": "2"}]}\n',
+    "oracle/count-open.json": '{"actions": [{"tool": "http", "method": "GET", "path": "/notes"}, '
+                              '{"tool": "answer", "text": "2"}]}\n',
 }
 
 
@@ -276,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
 <label>Message <input name="message"></label><button type="submit">Sign</button></form></body></html>""")
 
     def do_POST(self):
-        form = {k: v[-1] for k, v in parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()).items()}
+        form = {k: v[-1] for k, v in \
+parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()).items()}
         if self.path == "/sign" and form.get("name") and form.get("message"):
             conn = sqlite3.connect(DB)
             conn.execute("INSERT INTO entries (name, message) VALUES (?, ?)", (form["name"], form["message"]))
@@ -295,7 +301,8 @@ ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
     "tasks.jsonl": "".join(json.dumps(task) + "\n" for task in [
         {"id": "sign", "difficulty": "easy", "oracle": "oracle/sign.json",
          "instruction": "Sign the guestbook as Grace with the message: Hello from the agent.",
-         "params": {"checks": [{"sql": "SELECT COUNT(*) FROM entries WHERE name = 'Grace' AND message = 'Hello from the agent.'",
+         "params": {"checks": [{"sql": "SELECT COUNT(*) FROM entries "
+                                       "WHERE name = 'Grace' AND message = 'Hello from the agent.'",
                                 "expect": [[1]]}],
                     "guards": [{"sql": "SELECT COUNT(*) FROM entries WHERE id <= 2", "expect": [[2]]}]}},
         {"id": "count-entries", "difficulty": "easy", "oracle": "oracle/count-entries.json",
@@ -305,7 +312,8 @@ ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()
     "oracle/sign.json": '{"actions": [{"tool": "browser", "action": "type", "field": "name", "text": "Grace"}, '
                         '{"tool": "browser", "action": "type", "field": "message", "text": "Hello from the agent."}, '
                         '{"tool": "browser", "action": "click", "text": "Sign"}]}\n',
-    "oracle/count-entries.json": '{"actions": [{"tool": "browser", "action": "read"}, {"tool": "answer", "text": "2"}]}\n',
+    "oracle/count-entries.json": '{"actions": [{"tool": "browser", "action": "read"}, '
+                                 '{"tool": "answer", "text": "2"}]}\n',
 }
 
 
@@ -325,7 +333,8 @@ def init_environment(folder: str | Path, *, kind: str = "repo", name: str | None
     name = name or _default_name(root)
     parts = name.split("/")
     if len(parts) != 2 or not all(NAME_RE.match(p) for p in parts) or len(parts[0]) < 2:
-        raise UserError(f"`{name}` is not an environment name", "use namespace/name in lowercase, e.g. --name myteam/bugfix")
+        raise UserError(f"`{name}` is not an environment name",
+                        "use namespace/name in lowercase, e.g. --name myteam/bugfix")
     written = []
     if kind == "api":
         files = {"envkit.toml": _API_SPEC.format(name=name), **_API_FILES}

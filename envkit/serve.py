@@ -53,7 +53,8 @@ class EnvkitAction(Action):
 
 
 class EnvkitObservation(Observation):
-    text: str = Field(default="", description="what the agent sees: the instruction after reset, a tool's output after step")
+    text: str = Field(default="", description="what the agent sees: the instruction after reset, "
+                      "a tool's output after step")
     task_id: str = ""
     seed: int | None = None
     turn: int = 0
@@ -63,8 +64,8 @@ class EnvkitObservation(Observation):
 
 class EnvkitState(State):
     env: str = ""
-    tool_schemas: list[dict[str, Any]] = Field(default_factory=list, description="the environment's tools as OpenAI-style "
-                                               "function schemas (for prompting a model with them)")
+    tool_schemas: list[dict[str, Any]] = Field(default_factory=list, description="the environment's tools as "
+                                               "OpenAI-style function schemas (for prompting a model with them)")
     task_id: str | None = None
     seed: int | None = None
     state_hash: str | None = None
@@ -103,12 +104,14 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
                                          done=True, reward=None, metadata={"error": "reset_needed"})
             except InvalidAction as e:  # nothing ran; the episode goes on
                 return EnvkitObservation(text=f"error: {e.message}; {e.hint}", task_id=st.task_id or "", seed=st.seed,
-                                         turn=st.step_count, done=False, reward=0.0, metadata={"error": "invalid_action"})
+                                         turn=st.step_count, done=False, reward=0.0,
+                                         metadata={"error": "invalid_action"})
             st.step_count += 1
             done = terminated or truncated
             if done:
                 st.running = False
-            return EnvkitObservation(text=text, task_id=st.task_id or "", seed=st.seed, turn=int(info.get("turn") or st.step_count),
+            return EnvkitObservation(text=text, task_id=st.task_id or "", seed=st.seed,
+                                     turn=int(info.get("turn") or st.step_count),
                                      outcome=info.get("outcome"), done=done, reward=reward,
                                      metadata={**info, "terminated": terminated, "truncated": truncated})
 
@@ -118,7 +121,8 @@ class OpenEnvAdapter(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
 
     def get_metadata(self) -> EnvironmentMetadata:
         spec = self.env.runtime.env.spec
-        return EnvironmentMetadata(name=self.env.ref, description=spec.environment.description or f"envkit {spec.environment.kind} environment",
+        return EnvironmentMetadata(name=self.env.ref, description=spec.environment.description
+                                   or f"envkit {spec.environment.kind} environment",
                                    version=spec.environment.version, author=None)
 
     def close(self) -> None:

@@ -272,13 +272,15 @@ _FIXES: dict[str, str] = {
     "state.service.path": "name the folder that holds the service's files, relative to envkit.toml",
     "tasks.file": 'give the task file\'s path relative to envkit.toml, e.g. file = "tasks.jsonl"',
     "container.path": "give the task's folder relative to envkit.toml, e.g. \"tasks/<id>\"",
-    "state.repo.commit": "give the full 40-hex id of the commit a reset makes (`envkit run ENV -t TASK --agent 'shell:git rev-parse HEAD'` "
+    "state.repo.commit": "give the full 40-hex id of the commit a reset makes "
+                         "(`envkit run ENV -t TASK --agent 'shell:git rev-parse HEAD'` "
                          "prints it), or remove the line",
     "state.repo.seed_file": 'name a file of the workspace, relative to it, e.g. seed_file = ".seed"',
     "verifier": 'add a [verifier] table with command = "python3 /env/verify/verify.py"',
     "verifier.command": "give the command that prints {\"reward\": <0..1>} as its last stdout line",
     "limits.network": 'use network = "none" (default) or "bridge"',
-    "tools.enabled": 'choose among "bash", "http" and "browser" (there is no edit_file tool: the agent edits files with bash)',
+    "tools.enabled": 'choose among "bash", "http" and "browser" '
+                     '(there is no edit_file tool: the agent edits files with bash)',
     "state.service.port": "use a port from 1024 to 65535 that the service listens on (127.0.0.1 inside the sandbox)",
     "state.database.fixture": "give the .sql file that creates and fills the database, relative to envkit.toml",
     "id": "use lowercase letters, digits, '-', '_' or '.', e.g. \"fix-median\"",
@@ -327,7 +329,8 @@ def _fields_at(loc: tuple[Any, ...]) -> list[str]:
         if field is None:
             return []
         ann = field.annotation
-        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+        model = next((a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)),
+                     ann)
     return list(getattr(model, "model_fields", {}))
 
 
@@ -401,7 +404,8 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
     try:
         raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:
-        raise SpecError(source, [Problem("(file)", f"not valid TOML: {e}", "fix the TOML syntax at that line")]) from None
+        raise SpecError(source, [Problem("(file)", f"not valid TOML: {e}",
+                                         "fix the TOML syntax at that line")]) from None
     except UnicodeDecodeError:
         raise SpecError(source, [Problem("(file)", "not UTF-8 text", "save envkit.toml as UTF-8")]) from None
 
@@ -410,7 +414,8 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
     if version is not None and version != SPEC_VERSION:
         raise SpecError(
             source,
-            [Problem("spec_version", f"spec_version {version!r} is not supported by this envkit (it reads {SPEC_VERSION})",
+            [Problem("spec_version", f"spec_version {version!r} is not supported by this envkit "
+                                     f"(it reads {SPEC_VERSION})",
                      f"set spec_version = {SPEC_VERSION}, or upgrade envkit")],
         )
     try:
@@ -447,7 +452,8 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
         service, database = spec.state.service, spec.state.database
         if spec.environment.kind in ("api", "website") and service is None:
             problems.append(Problem("state.service", f"an {spec.environment.kind} environment needs a service",
-                                    'add [state] service = { path = "app", command = "python3 server.py", port = 8080 }'))
+                                    'add [state] service = { path = "app", command = "python3 server.py", '
+                                    'port = 8080 }'))
         if service is not None and not (root / service.path).is_dir():
             problems.append(Problem("state.service.path", f"`{service.path}` is not a folder in {root}",
                                     "create the folder that holds the service's files"))
@@ -464,8 +470,10 @@ def load_environment(path: str | Path) -> LoadedEnvironment:
                                     "add [state] service = {…}, or remove them from the list"))
         container = spec.environment.kind == "container"
         if container != (spec.image.build == "dockerfile"):
-            problems.append(Problem("image.build", f"a {spec.environment.kind} environment cannot use build = {spec.image.build!r}",
-                                    'use kind = "container" with build = "dockerfile" (images from each task\'s Dockerfile), '
+            problems.append(Problem("image.build",
+                                    f"a {spec.environment.kind} environment cannot use build = {spec.image.build!r}",
+                                    'use kind = "container" with build = "dockerfile" '
+                                    '(images from each task\'s Dockerfile), '
                                     'or the default build = "envkit" for repo, api and website environments'))
         if spec.image.base_map and spec.image.build != "dockerfile":
             problems.append(Problem("image.base_map", "base_map applies to Dockerfile builds only", "remove it"))
@@ -536,7 +544,8 @@ def _check_hidden_test_imports(spec: EnvSpec, root: Path, problems: list[Problem
                 hits = [(a.name, f"{a.asname or a.name.partition('.')[0]} = module(\"{a.name}\")") for a in node.names]
                 use = "module"
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                hits = [(node.module, f"{a.asname or a.name} = function(\"{node.module}.{a.name}\")") for a in node.names]
+                hits = [(node.module, f"{a.asname or a.name} = function(\"{node.module}.{a.name}\")")
+                        for a in node.names]
                 use = "function"
             else:
                 continue
@@ -545,8 +554,9 @@ def _check_hidden_test_imports(spec: EnvSpec, root: Path, problems: list[Problem
                 rel = path.relative_to(root).as_posix()
                 problems.append(Problem(
                     f"{rel}:{node.lineno}",
-                    f"the hidden test imports `{hit[0]}` from the workspace, but hidden tests run in the verifier's process, "
-                    "which cannot read the agent's code (the trust boundary: the agent's code never runs as the verifier)",
+                    f"the hidden test imports `{hit[0]}` from the workspace, but hidden tests run in the verifier's "
+                    "process, which cannot read the agent's code (the trust boundary: the agent's code never runs as "
+                    "the verifier)",
                     f"call it through envkit_check: `from envkit_check import {use}; {hit[1]}` (docs/spec.md, "
                     "Verifiers); or, for a project with its own test suite, `envkit synth FOLDER --out ENV` makes an "
                     "environment verified by that suite"))
@@ -557,7 +567,8 @@ def _check_container_task(task: Task, container: bool, root: Path, roots: list[s
     where = f"task {task.id}.container"
     if not container:
         if task.container is not None:
-            problems.append(Problem(where, "only container environments have per-task containers", "remove the task's container field"))
+            problems.append(Problem(where, "only container environments have per-task containers",
+                                    "remove the task's container field"))
         return
     c = task.container
     if c is None:
@@ -566,7 +577,8 @@ def _check_container_task(task: Task, container: bool, root: Path, roots: list[s
         return
     folder = root / c.path
     if not folder.is_dir():
-        problems.append(Problem(f"{where}.path", f"`{c.path}` is not a folder in {root}", "fix the path or re-import the task"))
+        problems.append(Problem(f"{where}.path", f"`{c.path}` is not a folder in {root}",
+                                "fix the path or re-import the task"))
         return
     if not _covered(c.path, roots):
         problems.append(Problem(f"{where}.path", f"`{c.path}` is not in the bundle", "add its folder to [image] files"))
@@ -574,7 +586,8 @@ def _check_container_task(task: Task, container: bool, root: Path, roots: list[s
         problems.append(Problem(f"{where}.path", f"`{c.path}/tests/test.sh` does not exist",
                                 "add the verifier script that writes /logs/verifier/reward.txt or reward.json"))
     if c.image is None and not (folder / "environment" / "Dockerfile").is_file():
-        problems.append(Problem(f"{where}.path", f"`{c.path}/environment/Dockerfile` does not exist and no image is named",
+        problems.append(Problem(f"{where}.path",
+                                f"`{c.path}/environment/Dockerfile` does not exist and no image is named",
                                 "add the task's Dockerfile, or name a local image in the task's container.image"))
 
 
@@ -605,11 +618,14 @@ def _load_tasks(path: Path, rel: str, root: Path, roots: list[str], problems: li
         seen.add(task.id)
         if task.patch is not None:
             if not (root / task.patch).is_file():
-                problems.append(Problem(f"{where}.patch", f"`{task.patch}` does not exist", "create the patch or fix the path"))
+                problems.append(Problem(f"{where}.patch", f"`{task.patch}` does not exist",
+                                        "create the patch or fix the path"))
             elif not _covered(task.patch, roots):
-                problems.append(Problem(f"{where}.patch", f"`{task.patch}` is not in the bundle", "add its folder to [image] files"))
+                problems.append(Problem(f"{where}.patch", f"`{task.patch}` is not in the bundle",
+                                        "add its folder to [image] files"))
         if not (root / task.oracle).is_file():
-            problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` does not exist", "create the oracle script or fix the path"))
+            problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` does not exist",
+                                    "create the oracle script or fix the path"))
         elif not _covered(task.oracle, roots):
             problems.append(Problem(f"{where}.oracle", f"`{task.oracle}` is not in the bundle",
                                     "add its folder to [image] files"))

@@ -88,12 +88,14 @@ class ValidationReport:
             "model_failures": sum(o.category is FailureCategory.MODEL for o in outcomes),
             "verifier_failures": sum(o.category is FailureCategory.VERIFIER for o in outcomes),
             "run": f"envkit validate {self.env} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
-            "oracle_pass_rate": round(sum(t.oracle_reward == 1.0 for t in self.tasks) / len(self.tasks), 4) if self.tasks else None,
+            "oracle_pass_rate": (round(sum(t.oracle_reward == 1.0 for t in self.tasks) / len(self.tasks), 4)
+                                 if self.tasks else None),
             "p50_episode_s": round(percentile(times, 50), 3) if times else None,
             "p95_episode_s": round(percentile(times, 95), 3) if times else None,
         }
         if self.probe_set != "none":
-            figures["probes"] = {k: v for k, v in self.probe_summary().items() if k != "run"} | {"tasks": len(self.tasks)}
+            figures["probes"] = ({k: v for k, v in self.probe_summary().items() if k != "run"}
+                                 | {"tasks": len(self.tasks)})
         return figures
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,14 +113,16 @@ def _check_task(runtime: EnvRuntime, task: Task, seed: int, probes: list[Probe])
     try:
         sandbox = runtime.backend.create()
     except EnvkitError as e:
-        return TaskCheck(task.id, task.difficulty, None, "infra_failure:sandbox_start", None, "", 0.0, [f"sandbox: {e}"])
+        return TaskCheck(task.id, task.difficulty, None, "infra_failure:sandbox_start", None, "", 0.0,
+                         [f"sandbox: {e}"])
     try:
         oracle = run_episode(runtime, task, seed, OracleAgent(), sandbox)
         null = run_episode(runtime, task, seed, NullAgent(), sandbox)  # same sandbox: reset must restore it
     finally:
         _destroy(sandbox)
     if oracle.outcome != "ok" or oracle.reward != 1.0:
-        problems.append(f"oracle: reward {oracle.reward} ({oracle.outcome}) {oracle.evidence.get('message', '')}".strip())
+        problems.append(f"oracle: reward {oracle.reward} ({oracle.outcome}) "
+                        f"{oracle.evidence.get('message', '')}".strip())
     if null.outcome != "ok" or null.reward != 0.0:
         problems.append(f"null: reward {null.reward} ({null.outcome}) {null.evidence.get('message', '')}".strip())
     results = _probe_task(runtime, task, seed, probes, null.reward, problems)
@@ -138,7 +142,8 @@ def _probe_task(runtime: EnvRuntime, task: Task, seed: int, probes: list[Probe],
             if sandbox is None:
                 sandbox = runtime.backend.create()
             result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)
-            if parse_outcome(result.outcome).category is FailureCategory.INFRA:  # a broken sandbox: one more try on a fresh one
+            # a broken sandbox: one more try on a fresh one
+            if parse_outcome(result.outcome).category is FailureCategory.INFRA:
                 _destroy(sandbox)
                 sandbox = runtime.backend.create()
                 result = run_probe(runtime, task, seed, probe, sandbox, null_reward, run_episode)
@@ -175,8 +180,9 @@ def _determinism(runtime: EnvRuntime, seed: int) -> dict[str, Any]:
     return {"ok": len(set(hashes)) == 1, "seed": seed, "hashes": hashes}
 
 
-def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str = "quick", tasks: list[str] | None = None,
-             sample: int | None = None, progress: Callable[[TaskCheck], None] | None = None) -> ValidationReport:
+def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str = "quick",
+             tasks: list[str] | None = None, sample: int | None = None,
+             progress: Callable[[TaskCheck], None] | None = None) -> ValidationReport:
     """Check every task (or those named in ``tasks``, or a random ``sample`` of that many,
     drawn with ``seed``) with the oracle, the null agent and the probes of the set ``probes``
     (``none``, ``quick``, ``all``)."""
@@ -196,6 +202,6 @@ def validate(runtime: EnvRuntime, *, seed: int = 0, jobs: int = 2, probes: str =
             checks.append(check)
             if progress is not None:
                 progress(check)
-    return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism, round(time.monotonic() - t0, 2),
-                            reproducible=runtime.build.reproducible, probe_set=probes, probes_run=[p.name for p in playing],
-                            probes_skipped=skip, runtime=runtime.limits.runtime)
+    return ValidationReport(runtime.env.ref, runtime.build.image_id, checks, determinism,
+                            round(time.monotonic() - t0, 2), reproducible=runtime.build.reproducible, probe_set=probes,
+                            probes_run=[p.name for p in playing], probes_skipped=skip, runtime=runtime.limits.runtime)

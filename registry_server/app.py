@@ -22,7 +22,8 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     engine = make_engine(settings.database_url)
     app = FastAPI(
         title="envkit registry", version=__version__,
-        description="Versioned, content-addressed environments for LLM-agent RL. Reads are public; writes need a token.",
+        description="Versioned, content-addressed environments for LLM-agent RL. "
+                    "Reads are public; writes need a token.",
         docs_url="/docs", redoc_url=None, openapi_url="/api/v1/openapi.json",
         responses=error_responses(400, 401, 404, 422, 500),  # any route (a bad token is refused on reads too)
     )

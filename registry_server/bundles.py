@@ -89,11 +89,13 @@ async def receive_bundle(chunks: AsyncIterator[bytes], *, tmp_dir: Path, max_upl
                 sha.update(tail)
                 out.write(tail)
         if received == 0:
-            raise RegistryError(400, "the request body is empty", "send the bundle (a tar made by `envkit build`) as the body")
+            raise RegistryError(400, "the request body is empty",
+                                "send the bundle (a tar made by `envkit build`) as the body")
         spec, task_count = _inspect(path, max_entries)
     except zlib.error:
         path.unlink(missing_ok=True)
-        raise RegistryError(400, "the body claims gzip but does not decompress", "send the bundle tar, gzipped or not") from None
+        raise RegistryError(400, "the body claims gzip but does not decompress",
+                            "send the bundle tar, gzipped or not") from None
     except BaseException:
         path.unlink(missing_ok=True)
         raise
@@ -101,7 +103,8 @@ async def receive_bundle(chunks: AsyncIterator[bytes], *, tmp_dir: Path, max_upl
 
 
 def _bad(message: str) -> RegistryError:
-    return RegistryError(400, f"rejected bundle: {message}", "publish bundles made by `envkit build`; nothing was stored")
+    return RegistryError(400, f"rejected bundle: {message}",
+                         "publish bundles made by `envkit build`; nothing was stored")
 
 
 def _inspect(path: Path, max_entries: int) -> tuple[dict[str, Any], int]:
@@ -141,11 +144,12 @@ def _inspect(path: Path, max_entries: int) -> tuple[dict[str, Any], int]:
         try:
             spec = EnvSpec.model_validate(tomllib.loads(spec_bytes.decode()))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise RegistryError(422, f"the bundle's {SPEC_FILE} is not valid TOML: {e}", "fix it and build again") from None
+            raise RegistryError(422, f"the bundle's {SPEC_FILE} is not valid TOML: {e}",
+                                "fix it and build again") from None
         except ValidationError as e:
             problems = [{"field": ".".join(str(x) for x in err["loc"]), "message": err["msg"]} for err in e.errors()]
-            raise RegistryError(422, f"the bundle's {SPEC_FILE} is invalid", "run `envkit build` locally to see each problem",
-                                details=problems) from None
+            raise RegistryError(422, f"the bundle's {SPEC_FILE} is invalid",
+                                "run `envkit build` locally to see each problem", details=problems) from None
         task_count = 0
         tasks = files.get(spec.tasks.file)
         if tasks is not None:

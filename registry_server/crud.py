@@ -113,7 +113,8 @@ def revoke_token(session: Session, *, user: User, public_id: str) -> Token:
 
 # -- environments and versions -----------------------------------------------------------
 def get_environment(session: Session, *, namespace: str, name: str) -> Environment:
-    env = session.scalar(select(Environment).join(Namespace).where(Namespace.name == namespace, Environment.name == name))
+    env = session.scalar(select(Environment).join(Namespace).where(Namespace.name == namespace,
+                                                                   Environment.name == name))
     if env is None:
         raise RegistryError(404, f"Environment `{namespace}/{name}` doesn't exist",
                             "search with GET /api/v1/environments?q=… or `envkit search`")
@@ -160,7 +161,8 @@ def list_environments(session: Session, *, q: str = "", kind: str | None = None,
     if namespace:
         stmt = stmt.where(Namespace.name == namespace)
     if has_health:
-        stmt = stmt.where(select(HealthReport.id).join(Version).where(Version.environment_id == Environment.id).exists())
+        stmt = stmt.where(select(HealthReport.id).join(Version)
+                          .where(Version.environment_id == Environment.id).exists())
     if q:
         like = f"%{q.lower()}%"
         stmt = stmt.where(or_(func.lower(Environment.name).like(like), func.lower(Namespace.name).like(like),
@@ -179,7 +181,8 @@ def publish(session: Session, *, namespace: Namespace, name: str, version: str, 
     row is in place (just before commit), so a conflict leaves nothing behind."""
     spec_env = bundle.spec["environment"]
     if spec_env["name"] != f"{namespace.name}/{name}" or spec_env["version"] != version:
-        raise RegistryError(422, f"the bundle is {spec_env['name']}@{spec_env['version']}, not {namespace.name}/{name}@{version}",
+        raise RegistryError(422, f"the bundle is {spec_env['name']}@{spec_env['version']}, "
+                                 f"not {namespace.name}/{name}@{version}",
                             "publish to the URL that matches envkit.toml's [environment] name and version")
     session.execute(_insert(session, Environment).values(
         namespace_id=namespace.id, name=name, kind=spec_env["kind"], description=spec_env.get("description", ""),
@@ -216,7 +219,8 @@ def _same_or_conflict(existing: Version, bundle: ReceivedBundle, image_id: str) 
     if existing.bundle_digest == bundle.digest and existing.image_id == image_id:
         return existing
     raise RegistryError(
-        409, f"version {existing.version} exists with other content (bundle {existing.bundle_digest}, image {existing.image_id})",
+        409, f"version {existing.version} exists with other content "
+             f"(bundle {existing.bundle_digest}, image {existing.image_id})",
         "published versions are immutable: bump the version in envkit.toml and publish again",
     )
 
@@ -235,7 +239,8 @@ def set_deprecated(session: Session, *, version: Version, successor: str | None)
     return version
 
 
-def add_health(session: Session, *, version: Version, token: Token, figures: dict[str, Any], per_hour: int) -> HealthReport:
+def add_health(session: Session, *, version: Version, token: Token, figures: dict[str, Any],
+               per_hour: int) -> HealthReport:
     """Record one run's figures, with who sent them: the token (and whether it is one of the
     environment's namespace) and the run it names. A token may send ``per_hour`` reports per
     version per hour; past that, 429."""

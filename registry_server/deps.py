@@ -15,7 +15,8 @@ from registry_server.models import Namespace, Token
 from registry_server.settings import Settings
 from registry_server.storage import BlobStore
 
-_bearer = HTTPBearer(auto_error=False, description="ekt_… token from `envkit registry admin create-user` or POST /api/v1/tokens")
+_bearer = HTTPBearer(auto_error=False,
+                     description="ekt_… token from `envkit registry admin create-user` or POST /api/v1/tokens")
 
 
 def _session(request: Request) -> Iterator[Session]:
@@ -38,9 +39,11 @@ SettingsDep = Annotated[Settings, Depends(_settings)]
 StoreDep = Annotated[BlobStore, Depends(_store)]
 
 
-def _current_token(session: SessionDep, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Token:
+def _current_token(session: SessionDep,
+                   creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Token:
     if creds is None:
-        raise RegistryError(401, "this request needs an API token", "send `Authorization: Bearer ekt_…` (`envkit login`)")
+        raise RegistryError(401, "this request needs an API token",
+                            "send `Authorization: Bearer ekt_…` (`envkit login`)")
     token = crud.authenticate(session, token=creds.credentials)
     if token is None:
         raise RegistryError(401, "the API token is not valid (unknown, malformed or revoked)",
@@ -57,4 +60,5 @@ def require_namespace(token: Token, namespace: str) -> Namespace:
         if scope.namespace.name == namespace:
             return scope.namespace
     raise RegistryError(403, f"this token may not write to namespace `{namespace}`",
-                        f"use a token scoped to `{namespace}` (it covers: {', '.join(crud.token_namespaces(token)) or 'nothing'})")
+                        f"use a token scoped to `{namespace}` "
+                        f"(it covers: {', '.join(crud.token_namespaces(token)) or 'nothing'})")

@@ -48,7 +48,8 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RegistryError)
     async def _registry(_request: Request, exc: RegistryError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(error_body(exc.code, exc.message, exc.hint, exc.details), status_code=exc.status, headers=headers)
+        return JSONResponse(error_body(exc.code, exc.message, exc.hint, exc.details), status_code=exc.status,
+                            headers=headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -64,11 +65,13 @@ def install_handlers(app: FastAPI) -> None:
         problems = [{"field": ".".join(str(x) for x in e["loc"]), "message": e["msg"]} for e in exc.errors()]
         first = problems[0] if problems else {"field": "", "message": "invalid request"}
         return JSONResponse(
-            error_body("invalid", f"{first['field']}: {first['message']}", "fix the fields listed in details", problems),
+            error_body("invalid", f"{first['field']}: {first['message']}", "fix the fields listed in details",
+                       problems),
             status_code=422,
         )
 
     @app.exception_handler(Exception)
     async def _internal(_request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(error_body("internal", "the registry failed to handle this request",
-                                       "retry; if it persists, report it with the time of the request"), status_code=500)
+                                       "retry; if it persists, report it with the time of the request"),
+                            status_code=500)

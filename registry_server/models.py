@@ -5,11 +5,24 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy import false as sa_false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["Base", "Blob", "Environment", "HealthReport", "Namespace", "Token", "TokenScope", "User", "Version", "utcnow"]
+__all__ = ["Base", "Blob", "Environment", "HealthReport", "Namespace", "Token", "TokenScope", "User", "Version",
+           "utcnow"]
 
 
 def utcnow() -> dt.datetime:
@@ -122,7 +135,8 @@ class HealthReport(Base):
     probes: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # hack-probe results (validate --probes)
     verifier_failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     token_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the reporting token's public id
-    run: Mapped[str | None] = mapped_column(String(200), nullable=True)  # the run it came from, as the reporter names it
+    # the run it came from, as the reporter names it
+    run: Mapped[str | None] = mapped_column(String(200), nullable=True)
     own: Mapped[bool] = mapped_column(Boolean, default=False, server_default=sa_false())  # a token of the namespace's
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     version: Mapped[Version] = relationship(back_populates="health")

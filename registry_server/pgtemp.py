@@ -37,7 +37,8 @@ def temporary_postgres() -> Iterator[str]:
     shutil.chown(data, "postgres", "postgres")
     port = free_port()
     as_pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run([*as_pg, str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust", "-E", "UTF8"],
+    subprocess.run([*as_pg, str(bindir / "initdb"), "-D", str(data / "db"), "-U", "postgres", "--auth=trust",
+                    "-E", "UTF8"],
                    check=True, capture_output=True)
     subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-w", "-l", str(data / "log"), "-o",
                     f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200", "start"],
@@ -45,7 +46,8 @@ def temporary_postgres() -> Iterator[str]:
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}"
     finally:
-        subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"], capture_output=True)
+        subprocess.run([*as_pg, str(bindir / "pg_ctl"), "-D", str(data / "db"), "-m", "immediate", "stop"],
+                       capture_output=True)
         shutil.rmtree(data, ignore_errors=True)
 
 

@@ -168,8 +168,9 @@ def _one(database: str, db_url: str, root: Path, *, envs: int, requests: int, co
             pull_s = time.perf_counter() - t0
             if "sha256:" + sha.hexdigest() != big.digest:
                 raise RuntimeError("the pulled bundle does not match")
-    return RegistryBenchRow(database, round(percentile(latencies, 50) * 1000, 2), round(percentile(latencies, 99) * 1000, 2),
-                            round(requests / wall, 1), errors, round(publish_s, 3), round(pull_s, 3),
+    return RegistryBenchRow(database, round(percentile(latencies, 50) * 1000, 2),
+                            round(percentile(latencies, 99) * 1000, 2), round(requests / wall, 1), errors,
+                            round(publish_s, 3), round(pull_s, 3),
                             round(len(big.data) / 1e6, 1))
 
 

@@ -53,7 +53,8 @@ class ProbeFigures(BaseModel):
     set: Literal["quick", "all"]
     tasks: Count
     episodes: Count
-    beaten: dict[ProbeName, list[TaskId]] = Field(default_factory=dict, max_length=100, json_schema_extra=_keys(PROBE, 64))
+    beaten: dict[ProbeName, list[TaskId]] = Field(default_factory=dict, max_length=100,
+                                                  json_schema_extra=_keys(PROBE, 64))
     skipped: dict[ProbeName, Annotated[str, Field(max_length=300, pattern=NO_NUL)]] = Field(
         default_factory=dict, max_length=100, json_schema_extra=_keys(PROBE, 64))
 
@@ -182,7 +183,8 @@ class ErrorEnvelope(BaseModel):
 
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI `responses` for these error statuses, all in the one error shape."""
-    what = {400: "the request cannot be read (e.g. a body that is not a bundle)", 401: "no token, or a token that is not valid",
+    what = {400: "the request cannot be read (e.g. a body that is not a bundle)",
+            401: "no token, or a token that is not valid",
             403: "the token may not write to this namespace", 404: "no such environment, version or token",
             409: "the version exists with other content", 411: "no Content-Length", 413: "the body is over the limit",
             415: "the body's content type is not one the route takes", 422: "a field is invalid (details lists them)",

@@ -95,7 +95,8 @@ class S3Store:
 
         rest = url.removeprefix("s3://")
         self.bucket, _, self.prefix = rest.partition("/")
-        self.client: Any = boto3.client("s3", endpoint_url=endpoint_url or os.environ.get("ENVKIT_REGISTRY_S3_ENDPOINT"))
+        self.client: Any = boto3.client("s3",
+                                        endpoint_url=endpoint_url or os.environ.get("ENVKIT_REGISTRY_S3_ENDPOINT"))
         self.tmp_dir = Path(tmp_dir or "/tmp")
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
 

@@ -37,8 +37,8 @@ from envkit.stats import percentile
 from rl_runner.metrics import StepMetrics
 from rl_runner.report import load_run
 
-__all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval", "grade_freshness",
-           "grade_publication", "grade_reliability", "grade_signal", "run_checks", "signal_cause"]
+__all__ = ["Check", "environment_reliability", "grade", "grade_alignment", "grade_batch", "grade_eval",
+           "grade_freshness", "grade_publication", "grade_reliability", "grade_signal", "run_checks", "signal_cause"]
 
 SYNC_KL_BOUND = 0.05
 
@@ -110,7 +110,8 @@ def grade_eval(half_width: float | None) -> str:
 STALL_STEPS = 5  # steps in a row without a gradient that fail a run
 
 
-def signal_cause(rewards: Sequence[float | None], valid: Sequence[float | None], entropy: Sequence[float | None]) -> str:
+def signal_cause(rewards: Sequence[float | None], valid: Sequence[float | None],
+                 entropy: Sequence[float | None]) -> str:
     """Why steps had no group with differing rewards, from those steps' figures (and the first
     step's parse share): the likeliest cause first, with what to change."""
     r = [x for x in rewards if x is not None]
@@ -162,8 +163,8 @@ def grade_signal(with_signal: list[float | None], rewards: list[float | None], v
     fell = collapse(rewards)
     ent = [x for x in entropy if x is not None]
     if len(ent) >= 2 and ent[-1] > 2 * ent[0] + 0.5:  # the policy spread out instead of sharpening
-        fell = (f"the policy's entropy rose from {ent[0]:.2f} to {ent[-1]:.2f} per token: updates too large blew it up; "
-                "lower trainer.lr or add trainer.lr_warmup")
+        fell = (f"the policy's entropy rose from {ent[0]:.2f} to {ent[-1]:.2f} per token: "
+                "updates too large blew it up; lower trainer.lr or add trainer.lr_warmup")
     if fell and (stall or not [x for x in valid if x is not None and x < 0.5]):
         cause = fell
     if stall >= STALL_STEPS:
@@ -210,9 +211,11 @@ def run_checks(run_dir: Path) -> list[Check]:
     worst = max(kl_p90) if kl_p90 else None
     total = sum((s.admitted or 0) + (s.rejected or 0) for s in stale)
     share = rejected / max(1, total)
-    checks.append(Check("policy freshness", f"staleness KL p90 up to {_fmt(worst)} (bound {bound:g}), max lag {max(lags, default=0)}; "
+    checks.append(Check("policy freshness",
+                        f"staleness KL p90 up to {_fmt(worst)} (bound {bound:g}), max lag {max(lags, default=0)}; "
                         f"{rejected}/{total} samples ({share:.0%}) refused as stale",
-                        f"KL p90 ≤ {bound:g} and ≤ 10% refused (fail beyond 2× / 30%)", grade_freshness(worst, share, bound)))
+                        f"KL p90 ≤ {bound:g} and ≤ 10% refused (fail beyond 2× / 30%)",
+                        grade_freshness(worst, share, bound)))
 
     mm = [float(m.mismatch.kl) for m in metrics if m.mismatch.kl is not None]
     mx = [float(m.mismatch.max_abs) for m in metrics if m.mismatch.max_abs is not None]
@@ -222,15 +225,19 @@ def run_checks(run_dir: Path) -> list[Check]:
 
     by_version = environment_reliability(metrics)
     rates = {k: failed / max(1, n) for k, (n, failed) in by_version.items()}
-    text = "; ".join(f"{k}: {failed}/{n} ({rates[k]:.1%})" for k, (n, failed) in sorted(by_version.items())) or "no episodes"
-    checks.append(Check("environment reliability", f"first attempts failed (infra or verifier, retried ones included) {text}",
+    text = "; ".join(f"{k}: {failed}/{n} ({rates[k]:.1%})"
+                     for k, (n, failed) in sorted(by_version.items())) or "no episodes"
+    checks.append(Check("environment reliability",
+                        f"first attempts failed (infra or verifier, retried ones included) {text}",
                         "≤ 1% per env version (fail > 5%)", grade_reliability(max(rates.values()) if rates else None)))
 
     pub = [float(m.publish.total_s) for m in metrics if m.publish.total_s is not None]
     trips = [m.mismatch.round_trip_ok for m in metrics if m.mismatch.round_trip_ok is not None]
     served = all(str(m.publish.served_version) == str(m.version) for m in metrics)
-    checks.append(Check("weight publication", f"{_fmt(percentile(pub, 50) if pub else None)} s p50, {_fmt(max(pub) if pub else None)} s max; "
-                        f"version round trip {sum(trips)}/{len(trips)} steps" + ("" if served else "; served version differed"),
+    checks.append(Check("weight publication",
+                        f"{_fmt(percentile(pub, 50) if pub else None)} s p50, {_fmt(max(pub) if pub else None)} s max; "
+                        f"version round trip {sum(trips)}/{len(trips)} steps"
+                        + ("" if served else "; served version differed"),
                         "round trip ok every step", grade_publication(trips, served)))
 
     sig = [m.signal for m in metrics]
@@ -247,17 +254,21 @@ def run_checks(run_dir: Path) -> list[Check]:
         text = (f"{with_s}/{total} groups with a signal ({with_s / max(1, total):.0%}); steps without one: "
                 f"{_steps(none)}; reward {_fmt(rewards[first])} → {_fmt(rewards[last])}; actions parsed "
                 f"{_fmt(sig[first].valid_actions, '.0%')} → {_fmt(sig[last].valid_actions, '.0%')}; entropy "
-                f"{_fmt(sig[first].entropy)} → {_fmt(sig[last].entropy)} per token" + (f". Likely cause: {cause}" if cause else ""))
+                f"{_fmt(sig[first].entropy)} → {_fmt(sig[last].entropy)} per token"
+                + (f". Likely cause: {cause}" if cause else ""))
     else:
         text = "not recorded (a run written before envkit recorded it)"
-    checks.append(Check("learning signal", text, f"a signal in the last {STALL_STEPS} steps (fail), in ≥ 25% of groups, "
+    checks.append(Check("learning signal", text,
+                        f"a signal in the last {STALL_STEPS} steps (fail), in ≥ 25% of groups, "
                         "actions parsed ≥ 80%, reward moving and not fallen to ⅓ of its peak", status))
 
     if ev and ev.get("half_width") is not None:
         hw = float(ev["half_width"])
         need = ev.get("episodes_for_half_width_0.05")
         checks.append(Check("evaluation precision", f"reward {ev['mean']:.3f}, 95% CI ±{hw:.3f} at n={ev['scored']}"
-                            + (f"; ~{need} episodes for ±0.05" if need else ""), "half-width ≤ 0.05 (fail > 0.10)", grade_eval(hw)))
+                            + (f"; ~{need} episodes for ±0.05" if need else ""), "half-width ≤ 0.05 (fail > 0.10)",
+                            grade_eval(hw)))
     else:
-        checks.append(Check("evaluation precision", "no evaluation in this run (eval.episodes: 0)", "half-width ≤ 0.05", "n/a"))
+        checks.append(Check("evaluation precision", "no evaluation in this run (eval.episodes: 0)",
+                            "half-width ≤ 0.05", "n/a"))
     return checks

@@ -20,7 +20,8 @@ from rl_runner.rollout.trajectory import Trajectory
 __all__ = ["bootstrap_ci", "evaluate", "half_width_needed"]
 
 
-def bootstrap_ci(values: list[float], *, level: float = 0.95, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(values: list[float], *, level: float = 0.95, resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
     if not values:
         return (float("nan"), float("nan"))
     rng = random.Random(seed)
@@ -67,9 +68,11 @@ def evaluate(envs: list[tuple[Rollouts, list[Task]]], *, sampling: SamplingParam
     lo, hi = bootstrap_ci(rewards, seed=seed)
     return {
         "episodes": len(trajs), "scored": len(rewards), "excluded": len(trajs) - len(rewards),
-        "mean": statistics.fmean(rewards) if rewards else None, "ci95": [lo, hi], "half_width": (hi - lo) / 2 if rewards else None,
+        "mean": statistics.fmean(rewards) if rewards else None, "ci95": [lo, hi],
+        "half_width": (hi - lo) / 2 if rewards else None,
         "episodes_for_half_width_0.05": half_width_needed(rewards, 0.05),
-        "by_task": {k: {"n": len(v), "mean": statistics.fmean(v), "ci95": list(bootstrap_ci(v, seed=seed))} for k, v in sorted(by_task.items())},
+        "by_task": {k: {"n": len(v), "mean": statistics.fmean(v), "ci95": list(bootstrap_ci(v, seed=seed))}
+                    for k, v in sorted(by_task.items())},
         # where the episodes' sandboxes ran: "local", or the Ray node of their sandbox host
         "sandbox_nodes": dict(Counter(str((t.placement or {}).get("sandbox_node") or "local") for t in trajs)),
     }

@@ -22,9 +22,9 @@ from typing import Any
 
 from envkit.stats import percentile
 
-__all__ = ["BatchStats", "Distribution", "Divergence", "EnvVersionFailures", "Failures", "MetricsLog", "Mismatch", "Publish",
-           "Reward", "Signal", "Staleness", "StepMetrics", "TrainStats", "TrajectoryTimes", "distribution", "mean_or_none",
-           "read_metrics"]
+__all__ = ["BatchStats", "Distribution", "Divergence", "EnvVersionFailures", "Failures", "MetricsLog", "Mismatch",
+           "Publish", "Reward", "Signal", "Staleness", "StepMetrics", "TrainStats", "TrajectoryTimes", "distribution",
+           "mean_or_none", "read_metrics"]
 
 
 # -- the step record -------------------------------------------------------------------------
@@ -89,7 +89,8 @@ class EnvVersionFailures:
     episodes: int = 0
     infra_failures: int = 0  # excluded as infra
     retries: int = 0
-    first_attempt_failures: int | None = None  # first attempt failed as infra or verifier; None: a run before they were counted
+    # first attempt failed as infra or verifier; None: a run before they were counted
+    first_attempt_failures: int | None = None
 
 
 @dataclass
@@ -263,8 +264,8 @@ def pct(values: list[float], p: float, digits: int = 3) -> float | None:
 def distribution(values: list[float]) -> Distribution:
     if not values:
         return Distribution(n=0)
-    return Distribution(n=len(values), mean=mean_or_none(values), p10=percentile(values, 10), p50=percentile(values, 50),
-                        p90=percentile(values, 90), max=max(values))
+    return Distribution(n=len(values), mean=mean_or_none(values), p10=percentile(values, 10),
+                        p50=percentile(values, 50), p90=percentile(values, 90), max=max(values))
 
 
 def _scalars(prefix: str, value: Any, out: dict[str, float]) -> None:

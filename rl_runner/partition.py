@@ -148,7 +148,8 @@ def plan_partition(spec: str, replicas: int | None, *, gpu: bool, available: tup
                                                  "sandboxes to have their own")
         return CpuPartition(inference, cores[len(inference):], _slices(inference, n), "auto")
     if remote_sandboxes:
-        raise UserError(f"{option} {spec} partitions this machine's cores, but the sandboxes run on the Ray cluster's hosts",
+        raise UserError(f"{option} {spec} partitions this machine's cores, "
+                        "but the sandboxes run on the Ray cluster's hosts",
                         f"drop {option} (or give none) with a cluster address")
     left, sep, right = spec.partition("/")
     if not sep:
@@ -157,7 +158,8 @@ def plan_partition(spec: str, replicas: int | None, *, gpu: bool, available: tup
     for side, text in (("inference", left), ("the sandboxes", right)):
         if not text.strip():
             raise UserError(f"{option} {spec} leaves no core for {side}",
-                            f"give both sides at least one core, e.g. {option} 0/1; or {option} none to share every core")
+                            f"give both sides at least one core, e.g. {option} 0/1; "
+                            f"or {option} none to share every core")
     try:
         inference, sandboxes = cpu_list(left), cpu_list(right)
     except ValueError as e:

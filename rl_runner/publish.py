@@ -93,8 +93,8 @@ class WeightPublisher:
             raise InfraFailure("weight_publication_failed", f"vLLM at {http.base_url} does not answer {path}",
                                error=str(e)[:300]) from None
         if r.status_code != 200:
-            raise InfraFailure("weight_publication_failed", f"vLLM at {http.base_url} answered {r.status_code} to {path}",
-                               body=r.text[:500])
+            raise InfraFailure("weight_publication_failed",
+                               f"vLLM at {http.base_url} answered {r.status_code} to {path}", body=r.text[:500])
         try:
             data = r.json()
         except ValueError:
@@ -128,7 +128,8 @@ class WeightPublisher:
             missing = sorted(set(self.expected) - set(got))[:3]
             extra = sorted(set(got) - set(self.expected))[:3]
             wrong = sorted(k for k in set(got) & set(self.expected) if got[k] != self.expected[k])[:3]
-            raise InfraFailure("weight_publication_failed", f"refusing to load {folder}: it does not match the served model",
+            raise InfraFailure("weight_publication_failed",
+                               f"refusing to load {folder}: it does not match the served model",
                                missing=missing, unexpected=extra, wrong_shape=wrong)
 
     def publish(self, write: Callable[[Path], Any], version: int, *, name: str | None = None) -> PublishResult:
@@ -151,8 +152,8 @@ class WeightPublisher:
         served = self.served_versions()
         slowest = {k: round(max(t[k] for t in times), 4) for k in ("pause_s", "reload_s", "reset_cache_s", "resume_s")}
         result = PublishResult(version=str(version), path=str(folder), write_s=round(t1 - t0, 4), **slowest,
-                               total_s=round(t2 - t0, 4), served_version=served[0] if len(set(served)) == 1 else "mixed",
-                               served_versions=served)
+                               total_s=round(t2 - t0, 4),
+                               served_version=served[0] if len(set(served)) == 1 else "mixed", served_versions=served)
         self.history.append(result)
         self._prune(version)
         return result
@@ -164,11 +165,13 @@ class WeightPublisher:
         t2 = time.monotonic()
         t3 = t4 = t2
         try:
-            self._post(http, "/collective_rpc", json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
+            self._post(http, "/collective_rpc",
+                       json={"method": "reload_weights", "kwargs": {"weights_path": str(folder)}})
             t3 = time.monotonic()
             data = self._post(http, "/reset_prefix_cache", params={"reset_running_requests": "true"})
             if data.get("success") is False:
-                raise InfraFailure("weight_publication_failed", f"vLLM at {http.base_url} could not reset its prefix cache")
+                raise InfraFailure("weight_publication_failed",
+                                   f"vLLM at {http.base_url} could not reset its prefix cache")
             t4 = time.monotonic()
             self._post(http, "/update_weight_version", json={"new_version": str(version)})
         finally:

@@ -33,10 +33,12 @@ def _range(values: list[Any]) -> list[float] | None:
 
 def load_run(run_dir: Path) -> tuple[list[StepMetrics], dict[str, Any] | None]:
     if not run_dir.is_dir():
-        raise UserError(f"`{run_dir}` is not a folder", "give the run folder that `envkit train` printed (e.g. runs/shellcmd)")
+        raise UserError(f"`{run_dir}` is not a folder",
+                        "give the run folder that `envkit train` printed (e.g. runs/shellcmd)")
     metrics = read_metrics(run_dir)
     if not metrics:
-        raise UserError(f"`{run_dir}` has no metrics.jsonl (or it is empty)", "point at a folder written by `envkit train`")
+        raise UserError(f"`{run_dir}` has no metrics.jsonl (or it is empty)",
+                        "point at a folder written by `envkit train`")
     ev = json.loads((run_dir / "eval.json").read_text()) if (run_dir / "eval.json").is_file() else None
     before = run_dir / "eval-before.json"
     if ev is not None and before.is_file():
@@ -63,7 +65,8 @@ def summarize_run(metrics: list[StepMetrics], ev: dict[str, Any] | None) -> dict
         "rejected_stale": sum(m.staleness.rejected or 0 for m in metrics),
         "mismatch_kl_range": _range([m.mismatch.kl for m in metrics]),
         "mismatch_max_abs_range": _range([m.mismatch.max_abs for m in metrics]),
-        "trajectory_s_p99_max": max((float(m.batch.trajectory_s.p99) for m in metrics if m.batch.trajectory_s.p99 is not None),
+        "trajectory_s_p99_max": max((float(m.batch.trajectory_s.p99) for m in metrics
+                                     if m.batch.trajectory_s.p99 is not None),
                                     default=None),
         "straggler_wait_share_mean": _mean_of([m.batch.straggler_wait_share for m in metrics]),
         "inference_idle_share_mean": _mean_of([m.batch.inference_idle_share for m in metrics]),

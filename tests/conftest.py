@@ -36,7 +36,8 @@ def _wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, _wheel_cache: Path) -> None:
+def _isolated_user_config(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                          _wheel_cache: Path) -> None:
     """No test (nor the envkit processes it starts) sees the machine user's registry login. Wheels
     of locked environments (envkit synth's) are downloaded once per test session."""
     monkeypatch.setenv("ENVKIT_WHEEL_CACHE", str(_wheel_cache))

@@ -67,9 +67,11 @@ def sandbox(
             gvisor = rt.limits.gvisor
             table = Table(title=f"envkit bench sandbox --runtime {rt.limits.runtime}  (N={n}, pool {pool_size}, "
                                 f"{rt.env.ref}, {context['cpus']} CPUs)")
-            cols = ("metric", "p50", "p90", "mean", "target", "host CPU/op", "target ", *(("vs runc",) if gvisor else ()), "met")
+            cols = ("metric", "p50", "p90", "mean", "target", "host CPU/op", "target ",
+                    *(("vs runc",) if gvisor else ()), "met")
             for col in cols:
-                table.add_column(col, justify="right" if col in ("p50", "p90", "mean", "host CPU/op", "vs runc") else "left")
+                table.add_column(col, justify="right" if col in ("p50", "p90", "mean", "host CPU/op", "vs runc")
+                                 else "left")
             for r in rows:
                 met = "" if r.passed is None else ("[green]yes[/]" if r.passed else "[red]no[/]")
                 host = "" if r.host_cpu_ms is None else f"{r.host_cpu_ms:.2f} ms"
@@ -118,10 +120,12 @@ def episode(
 def show_episodes(result: dict[str, Any]) -> None:
     """Print `envkit bench episode`'s table for a result."""
     table = Table(title=f"envkit bench episode  ({result['n']} oracle episodes of {result['env']} ({result['kind']}), "
-                        f"concurrency {result['concurrency']}, {result['path']}, {result['cpus']} CPUs, {result['seconds']:.1f} s)")
+                        f"concurrency {result['concurrency']}, {result['path']}, {result['cpus']} CPUs, "
+                        f"{result['seconds']:.1f} s)")
     for col in ("per episode", "p50", "p90", "mean"):
         table.add_column(col, justify="left" if col == "per episode" else "right")
-    labels = {"wall": "wall time", "commands": "agent's + verifier's own commands", "overhead": "overhead (wall - commands)"}
+    labels = {"wall": "wall time", "commands": "agent's + verifier's own commands",
+              "overhead": "overhead (wall - commands)"}
     for name, st in result["per_episode_s"].items():
         label = labels.get(name, f"  {name}")
         table.add_row(label, f"{st['p50']:.3f} s", f"{st['p90']:.3f} s", f"{st['mean']:.3f} s",
@@ -154,17 +158,19 @@ def registry(
     from registry_server.registry_bench import bench_registry
 
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
-    rows, context = bench_registry(envs=envs, requests=requests, concurrency=concurrency, bundle_mb=bundle_mb, note=note)
+    rows, context = bench_registry(envs=envs, requests=requests, concurrency=concurrency, bundle_mb=bundle_mb,
+                                   note=note)
     if as_json:
         print_json({"rows": [r.to_dict() for r in rows], **context})
         return
     table = Table(title=f"envkit bench registry  ({requests} GETs at concurrency {concurrency}, {envs} envs, "
                         f"{bundle_mb} MB bundle, {context['cpus']} CPUs)")
-    for col in ("database", "GET p50", "GET p99", "GET req/s", "errors", f"publish {bundle_mb} MB", f"pull {bundle_mb} MB"):
+    for col in ("database", "GET p50", "GET p99", "GET req/s", "errors", f"publish {bundle_mb} MB",
+                f"pull {bundle_mb} MB"):
         table.add_column(col, justify="left" if col == "database" else "right", no_wrap=True)
     for r in rows:
-        table.add_row(r.database, f"{r.get_p50_ms:.1f} ms", f"{r.get_p99_ms:.1f} ms", f"{r.get_rps:.0f}", str(r.get_errors),
-                      f"{r.publish_s:.2f} s", f"{r.pull_s:.2f} s")
+        table.add_row(r.database, f"{r.get_p50_ms:.1f} ms", f"{r.get_p99_ms:.1f} ms", f"{r.get_rps:.0f}",
+                      str(r.get_errors), f"{r.publish_s:.2f} s", f"{r.pull_s:.2f} s")
     console.print(table)
 
 
@@ -203,26 +209,28 @@ def reset(
 
 @bench_app.command("rollout")
 def rollout(
-    env: str = typer.Option("envkit/pyfix", "--env", help="Environment the workload's commands run in (folder or ref)."),
+    env: str = typer.Option("envkit/pyfix", "--env", help="Environment the workload's commands run in "
+                            "(folder or ref)."),
     trajectories: int = typer.Option(256, "-n", "--trajectories", min=2, max=100_000, help="Trajectories per batch."),
     group_size: int = typer.Option(8, "--group-size", min=1, max=1024, help="Trajectories per group (GRPO)."),
     concurrency: int = typer.Option(64, "--concurrency", min=1, max=4096, help="Episodes in flight, for every policy."),
     batches: int = typer.Option(2, "--batches", min=1, max=100, help="Consecutive batches per policy."),
-    replicas: int = typer.Option(0, "--replicas", min=0, max=16, help="vLLM replicas started for the run (0: as many as "
-                                 "the CPU partition fits, two at most)."),
+    replicas: int = typer.Option(0, "--replicas", min=0, max=16, help="vLLM replicas started for the run "
+                                 "(0: as many as the CPU partition fits, two at most)."),
     cpu_partition: str = typer.Option("auto", "--cpu-partition", help="Cores for inference and for sandboxes: "
                                       "INFERENCE/SANDBOXES core lists (0/1, 0-3/4-7), auto (on CPU-only machines half "
                                       "each) or none (shared)."),
     pool_size: int = typer.Option(0, "--pool-size", min=0, max=100_000, help="Warm pool size (0: concurrency + 25%)."),
     time_scale: float = typer.Option(1.0, "--time-scale", min=0.01, max=100.0, help="Multiply every tool duration."),
     policies: str = typer.Option("ablation", "--policies", help="ablation (all six rows) or naive,optimized."),
-    model: Path = typer.Option(None, "--model", help="Model folder (default: a tiny random model, created if missing)."),
+    model: Path = typer.Option(None, "--model", help="Model folder (default: a tiny random model, "
+                               "created if missing)."),
     seed: int = typer.Option(0, "--seed", help="Workload seed (the same for every policy)."),
     backend: str = typer.Option("local", "--backend", help="local (this machine's Docker) or ray (sandbox hosts and "
                                 "rollout workers on a Ray cluster)."),
-    replay_scale: float = typer.Option(0.1, "--replay-scale", min=0.0, max=10.0, help="After the real rows, every policy "
-                                       "on the same scripts replayed by the assembler alone (sleeps, no model or "
-                                       "sandbox) at this time scale; 0: no replay."),
+    replay_scale: float = typer.Option(0.1, "--replay-scale", min=0.0, max=10.0, help="After the real rows, "
+                                       "every policy on the same scripts replayed by the assembler alone (sleeps, "
+                                       "no model or sandbox) at this time scale; 0: no replay."),
     ray_address: str = typer.Option(None, "--ray-address", help="With --backend ray: the cluster (HOST:PORT); default: "
                                     "start a local one."),
     ray_nodes: int = typer.Option(2, "--ray-nodes", min=1, max=16, help="With --backend ray and no address: node "
@@ -239,7 +247,8 @@ def rollout(
 
     chosen = {"ablation": ABLATION, "naive,optimized": [NAIVE, OPTIMIZED]}.get(policies.replace(" ", ""))
     if chosen is None:
-        raise UserError(f"--policies {policies!r} is not known", "use --policies ablation or --policies naive,optimized")
+        raise UserError(f"--policies {policies!r} is not known",
+                        "use --policies ablation or --policies naive,optimized")
     if trajectories % group_size:
         raise UserError(f"{trajectories} trajectories do not split into groups of {group_size}",
                         "make -n a multiple of --group-size")
@@ -249,8 +258,8 @@ def rollout(
         raise UserError("--ray-address is for --backend ray", "add --backend ray, or drop --ray-address")
     note = (lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]"))
     result = bench_rollout(env=env, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
-                           batches=batches, replicas=replicas or None, pool_size=pool_size or None, model=model, seed=seed,
-                           params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
+                           batches=batches, replicas=replicas or None, pool_size=pool_size or None, model=model,
+                           seed=seed, params=WorkloadParams(time_scale=time_scale), policies=chosen, backend=backend,
                            ray_address=ray_address, ray_nodes=ray_nodes, cpu_partition=cpu_partition,
                            replay_scale=replay_scale, sandbox_runtime=asked, say=note)
     if as_json:
@@ -300,15 +309,18 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
                       str(r["excluded"]))
     console.print(table)
     if result.get("replay"):
-        replay = Table(title=f"replay: the same scripts, the assembler alone (no model, sandbox or engine; each episode "
-                             f"sleeps its drawn work; run at time scale {result['replay'][0]['scale']:g}, shown at scale 1)")
-        for col in ("policy (replay)", "TTB s", "per batch s", "×naive", "/ideal", "ideal s", "stragg wait", "slots idle",
-                    "late", "work mean: batches / admitted", "reward: batches / admitted", "baseline shift"):
+        replay = Table(title=f"replay: the same scripts, the assembler alone (no model, sandbox or engine; "
+                             f"each episode sleeps its drawn work; run at time scale {result['replay'][0]['scale']:g}, "
+                             "shown at scale 1)")
+        for col in ("policy (replay)", "TTB s", "per batch s", "×naive", "/ideal", "ideal s", "stragg wait",
+                    "slots idle", "late", "work mean: batches / admitted", "reward: batches / admitted",
+                    "baseline shift"):
             replay.add_column(col, justify="left" if col.startswith("policy") else "right")
         for r in result["replay"]:
             b = r["bias"]
             shift = b["baseline_shift"]["mean"]
-            replay.add_row(f"{r['policy']} (replay)", f"{r['ttb_s']:.1f}", ", ".join(f"{x:.1f}" for x in r["ttb_per_batch_s"]),
+            replay.add_row(f"{r['policy']} (replay)", f"{r['ttb_s']:.1f}",
+                           ", ".join(f"{x:.1f}" for x in r["ttb_per_batch_s"]),
                            f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}", f"{r['ideal_s']:.1f}",
                            _share(r["straggler_wait_share"]), _share(r["slot_idle_share"]), str(r["late"]),
                            f"{b['work_s']['delivered']['mean']:.1f} / {b['work_s']['groups_admitted']['mean']:.1f}",
@@ -325,12 +337,15 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
         console.print(describe(s["partition"]))
     tg = result["targets"]
     console.print(f"naive TTB {result['naive_ttb_s']:.1f} s, optimized {result['optimized_ttb_s']:.1f} s: ratio "
-                  f"{result['ratio']:.3f} (1/{1 / result['ratio']:.2f}; target ≤ 1/3.5: {'met' if tg['optimized_le_naive_over_3_5'] else 'NOT met'})")
+                  f"{result['ratio']:.3f} (1/{1 / result['ratio']:.2f}; target ≤ 1/3.5: "
+                  f"{'met' if tg['optimized_le_naive_over_3_5'] else 'NOT met'})")
     console.print(f"ideal bound (work / concurrency) {result['ideal_s']:.1f} s; optimized / ideal "
-                  f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: {'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
+                  f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: "
+                  f"{'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
     for r in result["rows"]:
         for why, e in r["exclusions"].items():
-            console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): {e['evidence'].get('message', '')}[/]")
+            console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): "
+                          f"{e['evidence'].get('message', '')}[/]")
     console.print("[dim]stretch: the commands' measured time over their drawn durations (1.00: as on an idle "
                   "machine); CPU-s/traj: host CPU-seconds per trajectory, all cores (inference "
                   "cores + sandbox cores under a partition); carried: groups still running after the last batch "
@@ -341,9 +356,10 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
 
 @bench_app.command("synth")
 def synth_bench(
-    packages: list[str] = typer.Argument(None, help="NAME==VERSION from the package index (default: the ten of docs/synth.md)."),
-    out: Path = typer.Option(Path("runs/synth-bench"), "--out", help="Folder for the environments and bench.json (a rerun "
-                                                                     "reuses what it finds there)."),
+    packages: list[str] = typer.Argument(None, help="NAME==VERSION from the package index "
+                                         "(default: the ten of docs/synth.md)."),
+    out: Path = typer.Option(Path("runs/synth-bench"), "--out", help="Folder for the environments and bench.json "
+                                                                     "(a rerun reuses what it finds there)."),
     max_tasks: int = typer.Option(50, "--max-tasks", min=1, help="Tasks per package."),
     sample: int = typer.Option(50, "--sample", min=0, help="Tasks validated per package (0: none)."),
     probes: str = typer.Option("quick", "--probes", help="Probe set for the validation: none | quick | all."),
@@ -362,7 +378,8 @@ def synth_bench(
         print_json(rows)
         return
     table = Table(title=f"envkit synth over {len(rows)} packages ({time.monotonic() - started:.0f} s this run)")
-    for col in ("package", "tasks", "tried", "kept", "yield", "synth", "B/task", "stable tests", "oracle", "null", "probes beat"):
+    for col in ("package", "tasks", "tried", "kept", "yield", "synth", "B/task", "stable tests", "oracle", "null",
+                "probes beat"):
         table.add_column(col)
     for r in rows:
         if "refused" in r:
@@ -370,7 +387,8 @@ def synth_bench(
             continue
         v = r.get("validated")
         table.add_row(r["package"], str(r["tasks"]), str(r["tried"]), str(r["kept"]), f"{r['kept'] / r['tried']:.0%}",
-                      f"{r['synth_s']:.0f} s", str(r["bytes_per_task"]), f"{r['baseline']['stable']}/{r['baseline']['collected']}",
+                      f"{r['synth_s']:.0f} s", str(r["bytes_per_task"]),
+                      f"{r['baseline']['stable']}/{r['baseline']['collected']}",
                       f"{r['oracle_ok']}/{v}" if v else "-", f"{r['null_ok']}/{v}" if v else "-",
                       f"{r['tasks_beaten']}/{v}" if v else "-")
     console.print(table)
@@ -381,8 +399,8 @@ def synth_bench(
         ftable.add_column(f)
     for r in rows:
         if "by_family" in r:
-            ftable.add_row(r["package"], *(f"{r['by_family'][f]['kept']}/{r['by_family'][f]['tried']}" if f in r["by_family"]
-                                           else "-" for f in families))
+            ftable.add_row(r["package"], *(f"{r['by_family'][f]['kept']}/{r['by_family'][f]['tried']}"
+                                           if f in r["by_family"] else "-" for f in families))
     console.print(ftable)
     done = [r for r in rows if "tasks" in r]
     console.print(f"total: {sum(r['tasks'] for r in done)} tasks from {len(done)} packages, synthesis "
@@ -392,30 +410,34 @@ def synth_bench(
 @bench_app.command("learn")
 def learn_bench(
     recipe: Path = typer.Argument(..., help="A recipe YAML (e.g. rl_runner/recipes/lookup.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value settings, as for `envkit train` (not seed or run_dir)."),
+    overrides: list[str] = typer.Argument(None, help="key=value settings, as for `envkit train` "
+                                          "(not seed or run_dir)."),
     seeds: int = typer.Option(5, "--seeds", min=1, max=100, help="Seeds 0..K-1 (or from --first-seed)."),
     first_seed: int = typer.Option(0, "--first-seed", min=0),
-    out: Path = typer.Option(Path("runs/learn-bench"), "--out", help="Folder for each seed's run, sweep.json and learn.png "
-                                                                     "(a rerun reuses the seeds it finds finished)."),
+    out: Path = typer.Option(Path("runs/learn-bench"), "--out", help="Folder for each seed's run, sweep.json and "
+                                                                     "learn.png (a rerun reuses the seeds it finds "
+                                                                     "finished)."),
     threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0,
                                     help="A seed learned when its evaluation after training is above this."),
     warmup: str = typer.Option(None, "--warmup", help="TASK:STEPS: warm a tiny model up at each seed first (e.g. "
                                "lookup:1000), so the warm-up's luck is measured too."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """The recipe on K seeds: eval before/after per seed with intervals, steps to the threshold, one figure of every curve."""
+    """The recipe on K seeds: eval before/after per seed with intervals, steps to the threshold, one figure \
+of every curve."""
     require("cpu", "`envkit bench learn`")
     from rl_runner.recipes.sweep import parse_warmup, sweep
 
     result = sweep(recipe, list(overrides or []), list(range(first_seed, first_seed + seeds)), out, threshold=threshold,
-                   warmup=parse_warmup(warmup), say=(lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]")))
+                   warmup=parse_warmup(warmup),
+                   say=(lambda _m: None) if as_json else (lambda m: console.print(f"[dim]{m}[/]")))
     if as_json:
         print_json(result)
         return
     table = Table(title=f"envkit bench learn {recipe.name}: {result['learned']} of {result['runs']} seeds above "
                         f"{threshold:g} (95% CI {result['learned_ci95'][0]:.2f}-{result['learned_ci95'][1]:.2f})")
-    for col in ("seed", "eval before", "eval after", "learned", "first step ≥ threshold", "reward first → last", "signal",
-                "warm-up copied", "minutes"):
+    for col in ("seed", "eval before", "eval after", "learned", "first step ≥ threshold", "reward first → last",
+                "signal", "warm-up copied", "minutes"):
         table.add_column(col)
 
     def ev(e: dict[str, Any] | None) -> str:
@@ -425,7 +447,7 @@ def learn_bench(
         rw = [x for x in r["rewards"] if x is not None]
         copied = (r.get("warmup") or {}).get("answer_copied")
         table.add_row(str(r["seed"]), ev(r["eval_before"]), ev(r["eval"]), "yes" if r["learned"] else "[red]no[/]",
-                      str(r["steps_to_threshold"] or "–"), f"{rw[0]:.3f} → {rw[-1]:.3f}" if rw else "–", r["signal"]["status"],
-                      "–" if copied is None else f"{copied:.0%}", f"{r['seconds'] / 60:.1f}")
+                      str(r["steps_to_threshold"] or "–"), f"{rw[0]:.3f} → {rw[-1]:.3f}" if rw else "–",
+                      r["signal"]["status"], "–" if copied is None else f"{copied:.0%}", f"{r['seconds'] / 60:.1f}")
     console.print(table)
     console.print(f"figure: {result['figure']}  ·  every figure: {out / 'sweep.json'}")

@@ -15,7 +15,8 @@ base_app = typer.Typer(no_args_is_help=True, help="The envkit base image (built 
 def build(
     env: str = typer.Argument(..., help="Environment folder (or ns/name@version of a local one)."),
     check_recorded: bool = typer.Option(False, "--check-recorded",
-                                        help="Container environments: fail if a rebuilt task image differs from envkit.lock's."),
+                                        help="Container environments: fail if a rebuilt task image differs "
+                                        "from envkit.lock's."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Bundle an environment and assemble its image; write envkit.lock."""

@@ -198,11 +198,13 @@ def pull(
         print_json(result.to_dict())
         return
     console.print(f"pulled {result.ref} into {result.folder}")
-    console.print(f"  bundle_digest  {result.bundle_digest} (verified)\n  image_id       {result.image_id} ({result.source}, verified)")
+    console.print(f"  bundle_digest  {result.bundle_digest} (verified)\n"
+                  f"  image_id       {result.image_id} ({result.source}, verified)")
     if result.yanked:
         err_console.print(f"warning: {result.ref} is yanked")
     if result.deprecated:
-        err_console.print(f"warning: {result.ref} is deprecated" + (f"; use {result.successor}" if result.successor else ""))
+        err_console.print(f"warning: {result.ref} is deprecated"
+                          + (f"; use {result.successor}" if result.successor else ""))
 
 
 def search(
@@ -222,7 +224,8 @@ def search(
     for col in ("environment", "kind", "latest", "tasks", "description"):
         table.add_column(col)
     for e in rows:
-        table.add_row(e["full_name"], e["kind"], e["latest_version"] or "-", str(e["task_count"]), e["description"][:60])
+        table.add_row(e["full_name"], e["kind"], e["latest_version"] or "-", str(e["task_count"]),
+                      e["description"][:60])
     console.print(table)
 
 

@@ -23,7 +23,8 @@ _TRACE_LINES = 40
 def _indent(text: str) -> str:
     lines = text.rstrip("\n").splitlines()
     if len(lines) > _TRACE_LINES:
-        lines = lines[: _TRACE_LINES // 2] + [f"[... {len(lines) - _TRACE_LINES} lines ...]"] + lines[-_TRACE_LINES // 2:]
+        lines = (lines[: _TRACE_LINES // 2] + [f"[... {len(lines) - _TRACE_LINES} lines ...]"]
+                 + lines[-_TRACE_LINES // 2:])
     return "\n".join("    " + line for line in lines)
 
 
@@ -79,7 +80,8 @@ def validate(
     probes: str = typer.Option("quick", "--probes", help="Hack probes played on every task: none | quick | all."),
     tasks: list[str] = typer.Option(None, "--task", "-t", help="Check only this task (repeatable)."),
     sample: int = typer.Option(None, "--sample", min=1, help="Check N tasks drawn at random (seeded by --seed)."),
-    send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry (`envkit login`)."),
+    send_report: bool = typer.Option(False, "--report", help="Send this run's health figures to the registry "
+                                     "(`envkit login`)."),
     sandbox_runtime: str = runtime_option(),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -106,7 +108,8 @@ def validate(
         with registry:
             summary = registry.api.report_health(ns, name, loaded.spec.environment.version, report.health_figures())
         if not as_json:
-            console.print(f"reported to {registry.url}: {summary['episodes']} episodes over {summary['reports']} report(s)")
+            console.print(f"reported to {registry.url}: {summary['episodes']} episodes over "
+                          f"{summary['reports']} report(s)")
     if not report.ok:
         raise typer.Exit(1)
 
@@ -124,7 +127,8 @@ def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:
     for t in report.tasks:
         status = "[green]ok[/]" if t.ok else "[red]FAIL[/] " + "; ".join(t.problems)
         held = f"{len(t.probes) - len(t.beaten_by)}/{len(t.probes)} held" if report.probes_run else "-"
-        table.add_row(t.task_id, t.difficulty, f"{t.oracle_reward}", f"{t.null_reward}", held, f"{t.seconds:.1f} s", status)
+        table.add_row(t.task_id, t.difficulty, f"{t.oracle_reward}", f"{t.null_reward}", held, f"{t.seconds:.1f} s",
+                      status)
     console.print(table)
     if report.probe_set != "none":
         ptable = Table(title=f"hack probes ({report.probe_set})")
@@ -132,7 +136,8 @@ def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:
             ptable.add_column(col)
         beaten = report.beaten()
         for name in report.probes_run:
-            row = f"[red]beat {', '.join(beaten[name])}[/]" if name in beaten else f"[green]held on {len(report.tasks)} task(s)[/]"
+            row = (f"[red]beat {', '.join(beaten[name])}[/]" if name in beaten
+                   else f"[green]held on {len(report.tasks)} task(s)[/]")
             ptable.add_row(name, row)
         for name, why in report.probes_skipped.items():
             ptable.add_row(name, f"[yellow]skipped[/]: {why}")
@@ -143,6 +148,8 @@ def _print_validation(report: ValidationReport, runtime: EnvRuntime) -> None:
                   f"{', '.join(h[:19] for h in det.get('hashes', []))} {det.get('error', '')}")
     if not report.reproducible:
         console.print(f"image: [yellow]not reproducible[/] ({len(runtime.build.task_images)} task images built from "
-                      "Dockerfiles; their IDs are recorded in envkit.lock, `envkit build --check-recorded` compares a rebuild)")
+                      "Dockerfiles; their IDs are recorded in envkit.lock, `envkit build --check-recorded` compares "
+                      "a rebuild)")
     n_ok = sum(t.ok for t in report.tasks)
-    console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, {report.seconds:.1f} s")
+    console.print(f"[bold]{'PASS' if report.ok else 'FAIL'}[/]: {n_ok}/{len(report.tasks)} tasks, "
+                  f"{report.seconds:.1f} s")

@@ -19,10 +19,11 @@ def tiny(
     seed: int = typer.Option(0, "--seed", help="Weight initialisation seed."),
     warmup_steps: int = typer.Option(0, "--warmup-steps", min=0, max=100_000,
                                      help="Supervised warm-up steps (the format of the --warmup environment)."),
-    warmup: str = typer.Option("shellcmd", "--warmup", help="What the warm-up teaches: shellcmd (answer with some shell "
-                               "command) or lookup (call ./codeword, then answer with some code word)."),
+    warmup: str = typer.Option("shellcmd", "--warmup", help="What the warm-up teaches: shellcmd (answer with some "
+                               "shell command) or lookup (call ./codeword, then answer with some code word)."),
     template: str = typer.Option("chatml", "--template", help="Chat template: chatml (tool calls in envkit's <tool> "
-                                 "format) or hermes (tools in the template, tool-call tags as special tokens, as Qwen2.5)."),
+                                 "format) or hermes (tools in the template, tool-call tags as special tokens, "
+                                 "as Qwen2.5)."),
     tie_embeddings: bool = typer.Option(False, "--tie-embeddings", help="One matrix for the input embedding and the "
                                         "output projection (tie_word_embeddings)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

@@ -30,7 +30,8 @@ def _settings(db: str | None, storage: Path | None, what: str) -> Settings:
     try:
         return Settings.from_env(database_url=db, storage_dir=storage)
     except ValidationError as e:
-        raise UserError(f"registry settings: {e.errors()[0]['msg']}", "fix the ENVKIT_REGISTRY_* variables or options") from None
+        raise UserError(f"registry settings: {e.errors()[0]['msg']}",
+                        "fix the ENVKIT_REGISTRY_* variables or options") from None
 
 
 @registry_app.command("serve")
@@ -50,7 +51,8 @@ def serve(
     try:
         app = create_app(settings)
     except OperationalError as e:
-        raise UserError(f"cannot open the registry database: {str(e.orig)[:200]}", "check --db (the URL and that the server runs)") from None
+        raise UserError(f"cannot open the registry database: {str(e.orig)[:200]}",
+                        "check --db (the URL and that the server runs)") from None
     console.print(f"envkit registry on http://{host}:{port}  (API /api/v1, docs /docs)")
     uvicorn.run(app, host=host, port=port, log_level="warning")
 

@@ -58,7 +58,8 @@ def rollout(
         router = policy.start(None if as_json else console.print).router()
         rollouts = None
         try:
-            rollouts = open_rollouts(runtime, router, setup=lambda: fmt, max_retries=retries, policy_ready=policy.ready())
+            rollouts = open_rollouts(runtime, router, setup=lambda: fmt, max_retries=retries,
+                                     policy_ready=policy.ready())
             t0 = time.monotonic()
             if as_json:
                 trajectories = collect(rollouts, episodes, sampling=sampling, concurrency=concurrency)
@@ -72,8 +73,10 @@ def rollout(
         finally:
             if rollouts is not None:
                 rollouts.close()
-    path = write_jsonl(out or Path("runs") / f"rollout-{time.strftime('%Y%m%d-%H%M%S')}" / "trajectories.jsonl", trajectories)
-    summary = {"env": runtime.env.ref, "image_id": runtime.build.image_id, "file": str(path), **summarize(trajectories, wall)}
+    path = write_jsonl(out or Path("runs") / f"rollout-{time.strftime('%Y%m%d-%H%M%S')}" / "trajectories.jsonl",
+                       trajectories)
+    summary = {"env": runtime.env.ref, "image_id": runtime.build.image_id, "file": str(path),
+               **summarize(trajectories, wall)}
     if as_json:
         print_json(summary)
         return
@@ -84,10 +87,11 @@ def rollout(
         table.add_row(outcome, str(count))
     console.print(table)
     times = summary["episode_s"]
-    console.print(f"mean reward {summary['mean_reward']}  ·  excluded {summary['excluded']}  ·  retries {summary['retries']}")
+    console.print(f"mean reward {summary['mean_reward']}  ·  excluded {summary['excluded']}  ·  "
+                  f"retries {summary['retries']}")
     console.print(f"episode time p50 {times['p50']} s, p90 {times['p90']} s, p99 {times['p99']} s")
-    console.print(f"generation {summary['generated_tokens']} tokens, {summary['generation_tokens_per_s']} tokens/s (wall); "
-                  f"{summary['trajectories_per_s']} trajectories/s")
+    console.print(f"generation {summary['generated_tokens']} tokens, {summary['generation_tokens_per_s']} tokens/s "
+                  f"(wall); {summary['trajectories_per_s']} trajectories/s")
     console.print(f"trajectories: {path}")
 
 

@@ -17,9 +17,12 @@ def serve(
     max_sessions: int = typer.Option(8, "--max-sessions", min=1, max=1024,
                                      help="Concurrent sessions (each holds one sandbox); more are refused."),
     idle_timeout: float = typer.Option(300.0, "--idle-timeout", min=1.0,
-                                       help="Seconds a session may sit idle before it is closed and its sandbox released."),
-    task: str = typer.Option(None, "--task", "-t", help="Serve one task only (else reset picks: task=…, or seed mod n)."),
-    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Steps per episode (default: the spec's max_turns)."),
+                                       help="Seconds a session may sit idle before it is closed and its sandbox "
+                                       "released."),
+    task: str = typer.Option(None, "--task", "-t", help="Serve one task only (else reset picks: task=…, "
+                             "or seed mod n)."),
+    max_turns: int = typer.Option(None, "--max-turns", min=1, help="Steps per episode "
+                                  "(default: the spec's max_turns)."),
     sandbox_runtime: str = runtime_option(),
 ) -> None:
     """Serve an environment to OpenEnv clients (TRL, SkyRL, torchforge, GenericEnvClient)."""
@@ -35,8 +38,8 @@ def serve(
         loaded.task(task)  # an unknown task is an error now, not at the first reset
     runtime = EnvRuntime(loaded, runtime=asked)
     app = create_app(runtime, max_sessions=max_sessions, idle_timeout_s=idle_timeout, task=task, max_turns=max_turns)
-    console.print(f"serving {loaded.ref} on http://{host}:{port} (OpenEnv protocol: /ws, /health, /schema, /reset, /step); "
-                  f"up to {max_sessions} sessions, idle ones closed after {idle_timeout:g} s")
+    console.print(f"serving {loaded.ref} on http://{host}:{port} (OpenEnv protocol: /ws, /health, /schema, /reset, "
+                  f"/step); up to {max_sessions} sessions, idle ones closed after {idle_timeout:g} s")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

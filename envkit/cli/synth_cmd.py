@@ -18,8 +18,8 @@ def synth(
     max_tasks: int = typer.Option(40, "--max-tasks", min=1, help="At most this many tasks."),
     seed: int = typer.Option(0, "--seed", help="Seeds the choice of bugs: the same seed gives the same tasks."),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=32, help="Sandboxes checking candidates at once."),
-    writer: str = typer.Option(None, "--writer", help="OpenAI-compatible endpoint that rewrites task texts (the template "
-                                                     "is kept when it fails), e.g. http://127.0.0.1:8000"),
+    writer: str = typer.Option(None, "--writer", help="OpenAI-compatible endpoint that rewrites task texts "
+                                                     "(the template is kept when it fails), e.g. http://127.0.0.1:8000"),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Turn a real Python project into a repo environment of bug-fixing tasks checked by its own tests."""
@@ -41,11 +41,13 @@ def synth(
                 progress.update(bars[stage], completed=done, total=total)
             result = run_synth(source, out, max_tasks=max_tasks, seed=seed, jobs=jobs, writer=writer, progress=report)
     figures = {"out": str(result.out), "tasks": result.tasks, "tried": result.tried, "kept": result.kept,
-               "seconds": result.seconds, "by_family": result.by_family, "dropped": result.drops, "baseline": result.baseline}
+               "seconds": result.seconds, "by_family": result.by_family, "dropped": result.drops,
+               "baseline": result.baseline}
     if as_json:
         print_json(figures)
         return
-    table = Table(title=f"{result.out}: {result.tasks} tasks ({result.kept} kept of {result.tried} tried, {result.seconds:.0f} s)")
+    table = Table(title=f"{result.out}: {result.tasks} tasks ({result.kept} kept of {result.tried} tried, "
+                        f"{result.seconds:.0f} s)")
     for col in ("family", "tried", "kept", "yield", "tasks"):
         table.add_column(col)
     for family, v in sorted(result.by_family.items()):

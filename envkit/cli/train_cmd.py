@@ -61,15 +61,18 @@ def print_summary(summary: dict[str, Any]) -> None:
             ("staleness KL p50 (range over steps)", summary["staleness_kl_p50_range"]),
             ("staleness KL max (range over steps)", summary["staleness_kl_max_range"]),
             ("max version lag", summary["version_lag_max"]), ("samples refused as stale", summary["rejected_stale"]),
-            ("mismatch KL (range)", summary["mismatch_kl_range"]), ("mismatch max |Δ log-prob|", summary["mismatch_max_abs_range"]),
-            ("infra failure rate", summary["infra_failure_rate"]), ("model failure rate", summary["model_failure_rate"])]
+            ("mismatch KL (range)", summary["mismatch_kl_range"]),
+            ("mismatch max |Δ log-prob|", summary["mismatch_max_abs_range"]),
+            ("infra failure rate", summary["infra_failure_rate"]),
+            ("model failure rate", summary["model_failure_rate"])]
     before = summary.get("eval_before")
     if before and before.get("mean") is not None:
         rows.append((f"eval reward before training ({before['episodes']} episodes, 95% CI)",
                      f"{before['mean']:.3f} [{before['ci95'][0]:.3f}, {before['ci95'][1]:.3f}]"))
     ev = summary.get("eval")
     if ev and ev.get("mean") is not None:
-        rows.append((f"eval reward ({ev['episodes']} episodes, 95% CI)", f"{ev['mean']:.3f} [{ev['ci95'][0]:.3f}, {ev['ci95'][1]:.3f}]"))
+        rows.append((f"eval reward ({ev['episodes']} episodes, 95% CI)",
+                     f"{ev['mean']:.3f} [{ev['ci95'][0]:.3f}, {ev['ci95'][1]:.3f}]"))
     for k, v in rows:
         table.add_row(k, _fmt(v))
     console.print(table)
@@ -77,7 +80,8 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 def train_command(
     recipe: Path = typer.Argument(..., help="Recipe YAML (e.g. rl_runner/recipes/shellcmd.yaml)."),
-    overrides: list[str] = typer.Argument(None, help="key=value settings that replace the recipe's, e.g. steps=20 trainer.lr=3e-3."),
+    overrides: list[str] = typer.Argument(None, help="key=value settings that replace the recipe's, "
+                                          "e.g. steps=20 trainer.lr=3e-3."),
     resume: Path = typer.Option(None, "--resume", help="A checkpoint folder (RUN/checkpoints/step-N) to continue "
                                 "from (the same as resume=PATH); refused when an environment resolves "
                                 "differently than RUN/envkit-run.lock says."),
@@ -124,7 +128,8 @@ def train_command(
     if as_json:
         from rl_runner.doctor import run_checks
 
-        print_json({"run_dir": str(run.run_dir), "summary": summary, "doctor": [c.to_dict() for c in run_checks(run.run_dir)]})
+        print_json({"run_dir": str(run.run_dir), "summary": summary,
+                    "doctor": [c.to_dict() for c in run_checks(run.run_dir)]})
         return
     print_summary(summary)
     print_doctor(run.run_dir)
@@ -136,7 +141,8 @@ def report_command(
     run_dir: Path = typer.Argument(..., help="A run folder written by `envkit train`."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Write PNG plots (reward, TTB, batch assembly, staleness KL, mismatch KL, failure rates) and print a summary table."""
+    """Write PNG plots (reward, TTB, batch assembly, staleness KL, mismatch KL, failure rates) and print a \
+summary table."""
     require("train", "`envkit report`", "matplotlib")
     from rl_runner.report import write_report
 
@@ -206,7 +212,8 @@ def eval_command(
     if as_json:
         print_json(result)
         return
-    table = Table(title=f"envkit eval: {result['scored']} scored episodes ({result['excluded']} excluded as infra failures)")
+    table = Table(title=f"envkit eval: {result['scored']} scored episodes "
+                        f"({result['excluded']} excluded as infra failures)")
     for col in ("task", "n", "mean reward", "95% CI"):
         table.add_column(col)
     for task, row in result["by_task"].items():

@@ -13,7 +13,8 @@ from envkit.extras import require
 
 
 def view(
-    target: Path = typer.Argument(..., help="A run folder (envkit train's or rollout's) or one trajectories .jsonl file."),
+    target: Path = typer.Argument(..., help="A run folder (envkit train's or rollout's) "
+                                  "or one trajectories .jsonl file."),
     port: int = typer.Option(0, "--port", min=0, max=65535, help="Port on 127.0.0.1 (0: any free one)."),
     tokenizer: Path = typer.Option(None, "--tokenizer", help="Model folder whose tokenizer renders the tokens "
                                    "(default: the run's model, else its newest published weights)."),
@@ -36,7 +37,8 @@ def view(
     try:
         sock.bind(("127.0.0.1", port))
     except OSError as e:
-        raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}", "choose another --port, or 0 for any free one") from None
+        raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}",
+                        "choose another --port, or 0 for any free one") from None
     bound = sock.getsockname()[1]
     err_console.print(f"{len(index.entries)} trajectories in {len(index.files)} file(s)"
                       + (f", {index.unreadable} unreadable line(s)" if index.unreadable else "")

@@ -112,13 +112,15 @@ class ContainerBackend:
         assert c is not None
         image = self.task_images.get(task.id)
         if image is None:
-            raise InfraFailure("image_missing", f"no image was built for task {task.id}", hint="run `envkit build` for this environment")
+            raise InfraFailure("image_missing", f"no image was built for task {task.id}",
+                               hint="run `envkit build` for this environment")
         limits = self.task_limits(task)
         opts: dict[str, Any] = dict(**limit_options(limits), labels={**self.labels, "org.envkit.task": task.id},
                                     shm_size="64m")
         volume = self.channel_volume()
         if volume is not None:  # the command channel is the main process, on the carried Python
-            opts.update(entrypoint=channel_command(), command=guest_args(limits), stdin_open=True, log_config={"type": "none", "config": {}},
+            opts.update(entrypoint=channel_command(), command=guest_args(limits), stdin_open=True,
+                        log_config={"type": "none", "config": {}},
                         mounts=[Mount(MOUNT, volume, type="volume", read_only=True)])
         else:
             opts.update(entrypoint=["sleep"], command=["infinity"])
@@ -147,9 +149,11 @@ class ContainerBackend:
         sandbox = DockerSandbox(container=container, limits=limits, image=image, has_repo=False, has_service=False,
                                 users=users, user_env={}, workdir=workdir, kill_command=list(_KILLALL),
                                 channel=volume is not None, channel_off=self.channel_off,
-                                home_from_passwd=not any(e.startswith("HOME=") for e in self.image_config(image).get("Env") or []),
+                                home_from_passwd=not any(e.startswith("HOME=")
+                                                         for e in self.image_config(image).get("Env") or []),
                                 _root=attached[0] if attached else None)
-        if volume is not None:  # the helpers through the channel (its hello first): a copy by the engine costs ~40 ms more
+        # the helpers through the channel (its hello first): a copy by the engine costs ~40 ms more
+        if volume is not None:
             try:
                 sandbox.put_tree("/", helpers)
             except BaseException:

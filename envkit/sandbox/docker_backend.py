@@ -282,8 +282,8 @@ class DockerSandbox:
                 # The host's OOM killer took the sentry with the agent's memory (its pick, not the
                 # agent's process's stub): the sandbox's memory was the agent's doing, never infra.
                 return ModelFailure("oom", f"the sandbox ran out of memory during {what}: under gVisor the host's OOM "
-                                    "killer stopped the whole sandbox", container=self.id, exit_code=state.get("ExitCode"),
-                                    error=detail)
+                                    "killer stopped the whole sandbox", container=self.id,
+                                    exit_code=state.get("ExitCode"), error=detail)
             if self.root_agent and self._engine_answers():
                 # Its agent (or the agent's code, run by the tests) is root in there and can stop
                 # it; the engine did not fail: never an excuse for the episode.
@@ -529,12 +529,13 @@ class DockerSandbox:
             out, err, hit, *_ = run(["python3", "-I", _HELPER, *args], user=user, env=None, workdir="/",
                                     stdin=stdin, deadline=time.monotonic() + timeout, limit=1 << 20)
             # Docker can lose a short exec's output entirely (moby/moby#27289, docker/docker-py#2042;
-            # seen here as a reset that answered nothing: once in each of two 160-episode bench runs). These helper commands
-            # are idempotent, so one that answered nothing at all is run once more.
+            # seen here as a reset that answered nothing: once in each of two 160-episode bench runs).
+            # These helper commands are idempotent, so one that answered nothing at all is run once more.
             if hit or out.total or err.total or attempt or args[0] not in _IDEMPOTENT_HELPERS:
                 break
         if hit:
-            raise InfraFailure("exec_transport", f"the sandbox helper `{args[0]}` did not answer in {timeout:g} s", container=self.id)
+            raise InfraFailure("exec_transport", f"the sandbox helper `{args[0]}` did not answer in {timeout:g} s",
+                               container=self.id)
         try:
             result: dict[str, Any] = json.loads(out.value().decode().strip().splitlines()[-1])
             return result
@@ -546,8 +547,10 @@ class DockerSandbox:
         """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
         root, folders below ``dest`` made as needed: one request on the command channel, or
         (without one) one copy into the container by the engine."""
-        entries = [[rel, f"{mode:o}", None if data is None else base64.b64encode(data).decode()] for rel, data, mode in files]
-        reply = self._channel_call({"cmd": "put", "dest": dest, "entries": entries}, timeout=120, what=f"the copy to {dest}")
+        entries = [[rel, f"{mode:o}", None if data is None else base64.b64encode(data).decode()]
+                   for rel, data, mode in files]
+        reply = self._channel_call({"cmd": "put", "dest": dest, "entries": entries}, timeout=120,
+                                   what=f"the copy to {dest}")
         if reply is not None:
             if "error" in reply:
                 raise InfraFailure("copy_failed", f"the copy to {dest} failed", container=self.id,
@@ -646,8 +649,8 @@ class DockerSandbox:
         with self._channel_lock:
             try:
                 if self._channel is None:
-                    ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "serve"], stdin=True, user=_USERS[SERVICE],
-                                               environment=_USER_ENV[SERVICE])
+                    ex = self._api.exec_create(self.id, ["python3", "-I", _HELPER, "serve"], stdin=True,
+                                               user=_USERS[SERVICE], environment=_USER_ENV[SERVICE])
                     self._channel = Channel(self._api.exec_start(ex["Id"], socket=True))
                 data = self._channel.call({"cmd": args[0], "args": args[1:]}, timeout=120)
             except (OSError, ValueError, Deadline, docker.errors.DockerException, *TRANSPORT_ERRORS):
@@ -789,7 +792,8 @@ class DockerBackend:
             **limit_options(lim),
             # The command channel is the main process (under tini), its stdin kept open for the
             # host to attach to; what it says is not logged (the attach is its only reader).
-            command=["python3", "-I", _HELPER, "serve", *guest_args(lim)], stdin_open=True, log_config={"type": "none", "config": {}},
+            command=["python3", "-I", _HELPER, "serve", *guest_args(lim)], stdin_open=True,
+            log_config={"type": "none", "config": {}},
             labels=self.labels, read_only=True,
             tmpfs={
                 # 0700: no other user reads the agent's files, so no verifier can import or run them

@@ -5,7 +5,8 @@ every byte of formatting that a mutation does not touch).
 family             what it changes (one site inside one function)
 =================  ====================================================================
 comparison         ``<`` <-> ``<=``, ``>`` <-> ``>=``, ``==`` <-> ``!=``, ``in`` <-> ``not in``, ``is`` <-> ``is not``
-arithmetic         ``+`` <-> ``-``, ``*`` <-> ``/``, ``//`` -> ``/``, ``%`` -> ``//``, shifts, bit operators (and ``+=``...)
+arithmetic         ``+`` <-> ``-``, ``*`` <-> ``/``, ``//`` -> ``/``, ``%`` -> ``//``, shifts, bit operators
+                   (and ``+=``...)
 boolean            ``and`` <-> ``or``; ``not x`` -> ``x``
 off_by_one         a slice bound or a ``range()`` argument one more or one less
 constant           a number changed (0 <-> 1, n -> n + 1), ``True`` <-> ``False``
@@ -46,8 +47,8 @@ _BIN = {cst.Add: cst.Subtract, cst.Subtract: cst.Add, cst.Multiply: cst.Divide, 
         cst.RightShift: cst.LeftShift, cst.BitAnd: cst.BitOr, cst.BitOr: cst.BitAnd, cst.BitXor: cst.BitOr,
         cst.Power: cst.Multiply}
 _AUG = {cst.AddAssign: cst.SubtractAssign, cst.SubtractAssign: cst.AddAssign, cst.MultiplyAssign: cst.DivideAssign,
-        cst.DivideAssign: cst.MultiplyAssign, cst.FloorDivideAssign: cst.DivideAssign, cst.BitOrAssign: cst.BitAndAssign,
-        cst.BitAndAssign: cst.BitOrAssign}
+        cst.DivideAssign: cst.MultiplyAssign, cst.FloorDivideAssign: cst.DivideAssign,
+        cst.BitOrAssign: cst.BitAndAssign, cst.BitAndAssign: cst.BitOrAssign}
 _STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 
 
@@ -92,9 +93,12 @@ def _plus_minus(expr: cst.BaseExpression, delta: int) -> cst.BaseExpression | No
             return None
         return cst.Integer(str(max(value + delta, 0))) if value + delta >= 0 else None
     if isinstance(expr, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or (
-            isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract)) and not expr.lpar):
-        return cst.BinaryOperation(left=expr, operator=cst.Add() if delta > 0 else cst.Subtract(), right=cst.Integer("1"))
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+            isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract))
+            and not expr.lpar):
+        return cst.BinaryOperation(left=expr, operator=cst.Add() if delta > 0 else cst.Subtract(),
+                                   right=cst.Integer("1"))
+    if (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus)
+            and isinstance(expr.expression, cst.Integer)):
         return cst.UnaryOperation(operator=cst.Minus(), expression=cst.Integer(str(int(expr.expression.value) + 1)))
     return None
 
@@ -116,7 +120,8 @@ class _Collector(cst.CSTVisitor):
         self.skip = 0
         self.found: list[tuple[str, str, int, cst.CSTNode, Callable[[], cst.CSTNode | cst.RemovalSentinel | None]]] = []
 
-    def _add(self, family: str, node: cst.CSTNode, make: Callable[[], cst.CSTNode | cst.RemovalSentinel | None]) -> None:
+    def _add(self, family: str, node: cst.CSTNode,
+             make: Callable[[], cst.CSTNode | cst.RemovalSentinel | None]) -> None:
         if self.functions and not self.skip:
             line = int(self.get_metadata(PositionProvider, node).start.line)
             self.found.append((family, ".".join(self.names), line, node, make))
@@ -241,8 +246,9 @@ class _Collector(cst.CSTVisitor):
         for stmt in body:
             if _is_docstring(stmt) or isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
                 continue
-            if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Return, cst.Raise, cst.Pass, cst.Import,
-                                                                                 cst.ImportFrom, cst.Global, cst.Nonlocal))
+            if isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(s, (cst.Return, cst.Raise, cst.Pass,
+                                                                                 cst.Import, cst.ImportFrom,
+                                                                                 cst.Global, cst.Nonlocal))
                                                                  for s in stmt.body):
                 continue
             self._add("remove_statement", stmt,

@@ -28,17 +28,19 @@ CONFIG_FILES = ("pyproject.toml", "setup.cfg", "tox.ini", "pytest.ini", "conftes
 TEST_EXTRAS = {"test", "tests", "testing"}
 # What a suite's config asks for that envkit does not install (coverage, parallel runs, reruns,
 # linters as tests, reports): dropped from the requirements and, as options, from addopts.
-PLUGIN_PACKAGES = {"pytest-cov", "coverage", "pytest-xdist", "pytest-randomly", "pytest-benchmark", "codecov", "tox", "nox",
-                   "ruff", "mypy", "black", "flake8", "isort", "pylint", "pre-commit", "pytest-timeout", "pytest-rerunfailures",
-                   "pytest-mypy", "pytest-flake8", "pytest-black", "pytest-isort", "pytest-html", "pytest-sugar",
-                   "pytest-instafail", "twine", "build", "wheel", "setuptools", "sphinx", "check-manifest", "pytest-codspeed"}
+PLUGIN_PACKAGES = {"pytest-cov", "coverage", "pytest-xdist", "pytest-randomly", "pytest-benchmark", "codecov", "tox",
+                   "nox", "ruff", "mypy", "black", "flake8", "isort", "pylint", "pre-commit", "pytest-timeout",
+                   "pytest-rerunfailures", "pytest-mypy", "pytest-flake8", "pytest-black", "pytest-isort",
+                   "pytest-html", "pytest-sugar", "pytest-instafail", "twine", "build", "wheel", "setuptools", "sphinx",
+                   "check-manifest", "pytest-codspeed"}
 # addopts options to drop, with whether they take a separate value
-_DROP_OPTIONS = {"--cov": False, "--cov-report": False, "--cov-config": False, "--cov-append": False, "--cov-branch": False,
-                 "--cov-fail-under": False, "--no-cov": False, "--no-cov-on-fail": False, "--doctest-modules": False,
-                 "--doctest-glob": False, "--doctest-continue-on-failure": False, "-n": True, "--numprocesses": True,
-                 "--dist": True, "--timeout": False, "--reruns": True, "--benchmark-skip": False, "--mypy": False,
-                 "--flake8": False, "--black": False, "--isort": False, "--html": False, "--junitxml": False, "--junit-xml": False,
-                 "-p": True, "--strict-config": False, "--randomly-seed": False, "-W": True, "--import-mode": False}
+_DROP_OPTIONS = {"--cov": False, "--cov-report": False, "--cov-config": False, "--cov-append": False,
+                 "--cov-branch": False, "--cov-fail-under": False, "--no-cov": False, "--no-cov-on-fail": False,
+                 "--doctest-modules": False, "--doctest-glob": False, "--doctest-continue-on-failure": False,
+                 "-n": True, "--numprocesses": True, "--dist": True, "--timeout": False, "--reruns": True,
+                 "--benchmark-skip": False, "--mypy": False, "--flake8": False, "--black": False, "--isort": False,
+                 "--html": False, "--junitxml": False, "--junit-xml": False, "-p": True, "--strict-config": False,
+                 "--randomly-seed": False, "-W": True, "--import-mode": False}
 _BUILTIN_PLUGINS = {"no:cacheprovider", "no:randomly", "no:xdist"}
 
 
@@ -56,7 +58,8 @@ class Project:
     test_dirs: list[str]
     requirements: list[str]
     config_changes: list[str] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)  # test files left out: they do not collect here (the reason: provenance)
+    # test files left out: they do not collect here (the reason: provenance)
+    ignored: list[str] = field(default_factory=list)
 
     def test_files(self) -> list[str]:
         """The pristine test tree the verifier sends: every file under the test folders and the
@@ -77,7 +80,8 @@ class Project:
                 out.append(rel)
             else:
                 out.extend(p.relative_to(self.root).as_posix() for p in sorted(path.rglob("*.py"))
-                           if "__pycache__" not in p.parts and not any(part in NOT_PACKAGES for part in p.relative_to(path).parts))
+                           if "__pycache__" not in p.parts
+                           and not any(part in NOT_PACKAGES for part in p.relative_to(path).parts))
         return out
 
     def pytest_args(self) -> list[str]:
@@ -90,7 +94,8 @@ def _metadata(root: Path) -> dict[str, list[str]]:
     if not path.is_file():
         return {}
     msg = email.parser.Parser().parsestr(path.read_text(encoding="utf-8", errors="replace"), headersonly=True)
-    return {k: msg.get_all(k) or [] for k in ("Name", "Version", "License", "License-Expression", "Requires-Dist", "Classifier")}
+    return {k: msg.get_all(k) or []
+            for k in ("Name", "Version", "License", "License-Expression", "Requires-Dist", "Classifier")}
 
 
 def _pyproject(root: Path) -> dict:
@@ -131,7 +136,8 @@ def requirements(root: Path, name: str) -> list[str]:
     for group_name, group in py.get("dependency-groups", {}).items():
         if group_name in TEST_EXTRAS:
             reqs.extend(r for r in group if isinstance(r, str))
-    for path in [*root.glob("requirements/test*.txt"), *root.glob("requirements-test*.txt"), *root.glob("test-requirements*.txt")]:
+    for path in [*root.glob("requirements/test*.txt"), *root.glob("requirements-test*.txt"),
+                 *root.glob("test-requirements*.txt")]:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
             line = line.split("#")[0].strip()
             if line and not line.startswith("-"):
@@ -173,7 +179,8 @@ def analyse(root: Path) -> Project:
         lines = (meta.get("License") or [""])[0].strip().splitlines()
         license_ = lines[0][:100] if lines else ""
     if not license_:
-        license_ = next((c.rpartition("::")[2].strip() for c in meta.get("Classifier", []) if c.startswith("License ::")), "")
+        license_ = next((c.rpartition("::")[2].strip() for c in meta.get("Classifier", [])
+                         if c.startswith("License ::")), "")
     if not license_:
         lic = next((p for p in sorted(root.glob("LICEN[CS]E*")) if p.is_file()), None)
         license_ = lic.read_text(encoding="utf-8", errors="replace").strip().splitlines()[0][:100] if lic else "unknown"
@@ -184,10 +191,11 @@ def analyse(root: Path) -> Project:
     tests = [d for d in TEST_DIRS if (root / d).is_dir() and any((root / d).rglob("test*.py"))]
     if not tests:
         raise UserError(f"{name} {version} ships no tests (no tests/, test/ or testing/ folder with test files)",
-                        "pick a package whose source distribution includes its test suite, or give a local folder or a git "
-                        "checkout that has one")
+                        "pick a package whose source distribution includes its test suite, "
+                        "or give a local folder or a git checkout that has one")
     return Project(root=root, name=name, version=version, license=license_ or "unknown", python_path=python_path,
-                   packages=packages, package_paths=package_paths, test_dirs=tests, requirements=requirements(root, name))
+                   packages=packages, package_paths=package_paths, test_dirs=tests,
+                   requirements=requirements(root, name))
 
 
 # -- pytest configuration ---------------------------------------------------------------------------

@@ -87,16 +87,17 @@ def fetch(text: str, work: Path) -> tuple[Path, Source]:
     if kind == "pypi":
         downloads = work / "sdist"
         downloads.mkdir()
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                               "--no-binary", a, f"{a}=={b}", "-d", str(downloads)],
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                               "--no-deps", "--no-binary", a, f"{a}=={b}", "-d", str(downloads)],
                               capture_output=True, text=True, timeout=600)
         if proc.returncode != 0:
-            lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING: Location")]
+            lines = [line for line in proc.stderr.splitlines()
+                     if line.strip() and not line.startswith("WARNING: Location")]
             why = next((line for line in lines if "No matching distribution" in line or "ERROR" in line),
                        lines[-1] if lines else "no message")
             raise UserError(f"could not download the source distribution of {a}=={b}: {why[:300]}",
-                            f"check the name and the version (`pip index versions {a}` lists them) and that the package "
-                            "index is reachable")
+                            f"check the name and the version (`pip index versions {a}` lists them) "
+                            "and that the package index is reachable")
         files = [p for p in downloads.iterdir() if p.is_file()]
         if len(files) != 1 or not files[0].name.endswith((".tar.gz", ".zip", ".tgz")):
             raise UserError(f"{a}=={b} has no source distribution (got {[p.name for p in files]})",
@@ -106,9 +107,11 @@ def fetch(text: str, work: Path) -> tuple[Path, Source]:
         return dest, Source("pypi", text, digest, files[0].name)
     if kind == "git":
         repo = Path(a).expanduser()
-        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{b}^{{commit}}"], capture_output=True, text=True)
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", f"{b}^{{commit}}"],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
-            raise UserError(f"{repo} has no commit {b}", "give a git checkout and one of its commits (git log --oneline)")
+            raise UserError(f"{repo} has no commit {b}",
+                            "give a git checkout and one of its commits (git log --oneline)")
         commit = proc.stdout.strip()
         tmp = work / "git-files"
         tmp.mkdir()

@@ -25,8 +25,8 @@ def instruction(*, project: str, package_dir: str, test_cmd: str, failing: list[
     total = max(total or 0, len(failing))
     lines = []
     if body_of:
-        lines.append(f"`{body_of}` in {project} has no implementation: it raises NotImplementedError. Implement it as its "
-                     "docstring, its callers and the tests describe.")
+        lines.append(f"`{body_of}` in {project} has no implementation: it raises NotImplementedError. "
+                     "Implement it as its docstring, its callers and the tests describe.")
     else:
         api = [a for a in apis if _public(a)][:3]
         what = f" in `{'`, `'.join(api)}`" if api else ""

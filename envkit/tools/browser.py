@@ -29,7 +29,8 @@ TEXT_CAP = 4_000
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
 
-_SNAPSHOT_JS = r"""() => {
+# The adjacent raw strings below are one script, split only to keep source lines short.
+_SNAPSHOT_JS = (r"""() => {
   const labelText = (el) => {
     if (el.getAttribute('aria-label')) return el.getAttribute('aria-label');
     const lab = el.labels && el.labels.length ? el.labels[0] : null;
@@ -49,14 +50,16 @@ _SNAPSHOT_JS = r"""() => {
                : tag === 'select' ? 'select' : 'textbox';
     const own = role === 'link' || role === 'button' ? (el.innerText || el.value || '') : labelText(el);
     const name = (own || el.placeholder || el.name || '').trim().replace(/\s+/g, ' ');
-    const item = {id: n, role, name, field: el.name || '', value: role === 'select' || role === 'textbox' ? el.value : ''};
+    const item = {id: n, role, name, field: el.name || '', """
+                r"""value: role === 'select' || role === 'textbox' ? el.value : ''};
     if (role === 'link') item.href = el.getAttribute('href');
     if (role === 'select') item.options = Array.from(el.options).map(o => o.value || o.text);
     out.push(item);
   }
-  return {title: document.title, url: location.pathname + location.search, text: document.body ? document.body.innerText : '',
+  return {title: document.title, url: location.pathname + location.search, """
+                r"""text: document.body ? document.body.innerText : '',
           elements: out};
-}"""
+}""")
 
 
 class BrowserSession:
@@ -82,7 +85,8 @@ class BrowserSession:
             self.page.goto(self.base + "/")
         except Exception as e:  # noqa: BLE001 - nothing the model did: the browser would not start
             self.close()
-            raise InfraFailure("browser_crash", "the browser could not start on the host", error=f"{type(e).__name__}: {e}"[:500]) from None
+            raise InfraFailure("browser_crash", "the browser could not start on the host",
+                               error=f"{type(e).__name__}: {e}"[:500]) from None
 
     def _only_the_service(self, route: Any) -> None:
         if route.request.url.startswith(self.base + "/") or route.request.url == self.base:
@@ -117,7 +121,8 @@ class BrowserSession:
                 else:
                     loc.evaluate("el => el.form ? el.form.requestSubmit() : el.click()")
             else:
-                return self._note(f"error: unknown action {kind!r}; use goto, click, type, select, submit, read or back")
+                return self._note(f"error: unknown action {kind!r}; "
+                                  "use goto, click, type, select, submit, read or back")
             self.page.wait_for_load_state()
         except self._error as e:
             if not self._browser.is_connected() or "closed" in str(e).lower() and "target" in str(e).lower():
@@ -164,7 +169,8 @@ class BrowserSession:
         return out[:SNAPSHOT_CAP]
 
     def close(self) -> None:
-        for closer in (lambda: self._browser.close(), lambda: self._pw.stop() if self._pw else None, self.forward.close):
+        for closer in (lambda: self._browser.close(), lambda: self._pw.stop() if self._pw else None,
+                       self.forward.close):
             try:
                 closer()
             except Exception:  # noqa: BLE001 - closing is best effort

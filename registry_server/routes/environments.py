@@ -19,7 +19,8 @@ router = APIRouter(prefix="/environments", tags=["environments"])
 @router.get("", response_model=Page[EnvironmentPublic])
 def list_environments(
     session: SessionDep, settings: SettingsDep,
-    q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$", description="search in namespace, name and description")] = "",
+    q: Annotated[str, Query(max_length=200, pattern=r"^[^\x00]*$",
+                            description="search in namespace, name and description")] = "",
     kind: Annotated[Literal["repo", "api", "website", "container"] | None, Query()] = None,
     namespace: Annotated[str | None, Query(min_length=2, max_length=64, pattern=NS_PATTERN)] = None,
     has_health: Annotated[bool, Query(description="only environments with at least one health report")] = False,
@@ -41,7 +42,8 @@ def get_environment(session: SessionDep, namespace: Namespace, name: Name) -> En
 
 @router.get("/{namespace}/{name}/versions/{version}", response_model=VersionDetail)
 def get_version(session: SessionDep, namespace: Namespace, name: Name, version: VersionOrLatest) -> VersionDetail:
-    detail = crud.version_public(crud.get_version(session, namespace=namespace, name=name, version=version), detail=True)
+    detail = crud.version_public(crud.get_version(session, namespace=namespace, name=name, version=version),
+                                 detail=True)
     assert isinstance(detail, VersionDetail)
     return detail
 
@@ -52,7 +54,8 @@ def download_bundle(session: SessionDep, store: StoreDep, namespace: Namespace, 
                     version: VersionOrLatest) -> StreamingResponse:
     row = crud.get_version(session, namespace=namespace, name=name, version=version)
     if not store.exists(row.bundle_digest):
-        raise RegistryError(500, f"the bundle {row.bundle_digest} is missing from storage", "tell the registry operator")
+        raise RegistryError(500, f"the bundle {row.bundle_digest} is missing from storage",
+                            "tell the registry operator")
     headers = {"X-Envkit-Digest": row.bundle_digest, "Content-Length": str(row.size),
                "Content-Disposition": f'attachment; filename="{namespace}-{name}-{row.version}.tar"'}
     return StreamingResponse(store.open(row.bundle_digest), media_type="application/x-tar", headers=headers)

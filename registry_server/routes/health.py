@@ -20,5 +20,6 @@ def report_health(session: SessionDep, settings: SettingsDep, token: CurrentToke
     apart) and the run it names. A token may send a bounded number of reports per version per
     hour (`health_reports_per_hour`); past it, 429."""
     row = crud.get_version(session, namespace=namespace, name=name, version=version)
-    crud.add_health(session, version=row, token=token, figures=body.model_dump(), per_hour=settings.health_reports_per_hour)
+    crud.add_health(session, version=row, token=token, figures=body.model_dump(),
+                    per_hour=settings.health_reports_per_hour)
     return crud.health_summary(row)

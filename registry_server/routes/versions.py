@@ -23,9 +23,11 @@ DIGEST = r"^sha256:[0-9a-f]{64}$"
 @router.put(
     "/{namespace}/{name}/versions/{version}", response_model=PublishResult, status_code=201,
     responses={200: {"model": PublishResult, "description": "identical re-publish (idempotent)"}, 409: {}, 413: {}},
-    openapi_extra={"requestBody": {"required": True, "description": "the bundle tar from `envkit build`, optionally gzipped "
+    openapi_extra={"requestBody": {"required": True,
+                                   "description": "the bundle tar from `envkit build`, optionally gzipped "
                                    "(detected by its magic bytes, whatever the Content-Type)",
-                                   "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}},
+                                   "content": {"application/octet-stream":
+                                               {"schema": {"type": "string", "format": "binary"}}}}},
 )
 async def publish_version(
     request: Request, response: Response, session: SessionDep, settings: SettingsDep, store: StoreDep,
@@ -48,7 +50,8 @@ async def publish_version(
     try:
         if received.digest != bundle_digest:
             raise RegistryError(400, f"the bundle's digest is {received.digest}, not {bundle_digest} as claimed",
-                                "the upload was damaged or the bundle changed after `envkit build`: build and publish again")
+                                "the upload was damaged or the bundle changed after `envkit build`: "
+                                "build and publish again")
 
         def store_version() -> tuple[Any, bool]:
             begin_write(session)
@@ -74,7 +77,8 @@ def yank(session: SessionDep, token: CurrentToken, namespace: Namespace, name: N
 
 
 @router.post("/{namespace}/{name}/versions/{version}/unyank", response_model=VersionPublic)
-def unyank(session: SessionDep, token: CurrentToken, namespace: Namespace, name: Name, version: VersionParam) -> VersionPublic:
+def unyank(session: SessionDep, token: CurrentToken, namespace: Namespace, name: Name,
+           version: VersionParam) -> VersionPublic:
     require_namespace(token, namespace)
     row = crud.get_version(session, namespace=namespace, name=name, version=version)
     return crud.version_public(crud.set_yanked(session, version=row, yanked=False, reason=None))

@@ -41,14 +41,15 @@ def index(request: Request, session: SessionDep, q: Annotated[str, Query(max_len
           namespace: Annotated[str, Query(max_length=64, pattern=f"(^$)|({NS_PATTERN})")] = "",
           has_health: Annotated[bool, Query()] = False,
           page: Annotated[int, Query(ge=1, le=100_000)] = 1) -> HTMLResponse:
-    rows, count = crud.list_environments(session, q=q, kind=kind or None, namespace=namespace or None, has_health=has_health,
-                                         offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    rows, count = crud.list_environments(session, q=q, kind=kind or None, namespace=namespace or None,
+                                         has_health=has_health, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     envs = [crud.environment_public(e) for e in rows]
     pages = max(1, -(-count // PAGE_SIZE))
-    query = {k: v for k, v in {"q": q, "kind": kind, "namespace": namespace, "has_health": "true" if has_health else ""}.items() if v}
-    return _page(request, "index.html", {"envs": envs, "q": q, "kind": kind, "namespace": namespace, "has_health": has_health,
-                                         "namespaces": crud.namespace_names(session), "count": count, "page": page,
-                                         "pages": pages, "query": query})
+    query = {k: v for k, v in {"q": q, "kind": kind, "namespace": namespace,
+                               "has_health": "true" if has_health else ""}.items() if v}
+    return _page(request, "index.html", {"envs": envs, "q": q, "kind": kind, "namespace": namespace,
+                                         "has_health": has_health, "namespaces": crud.namespace_names(session),
+                                         "count": count, "page": page, "pages": pages, "query": query})
 
 
 @router.get("/e/{namespace}/{name}", response_class=HTMLResponse)
@@ -73,15 +74,18 @@ def environment(request: Request, session: SessionDep, store: StoreDep, namespac
         kind, trust = verifier_kind(spec)
         bundle = bundle_view(store, chosen.bundle_digest, chosen.size, spec)
         needle = task_q.strip().lower()
-        matching = [t for t in bundle.tasks if not needle or needle in t["id"].lower() or needle in t["instruction"].lower()]
+        matching = [t for t in bundle.tasks
+                    if not needle or needle in t["id"].lower() or needle in t["instruction"].lower()]
         task_pages = max(1, -(-len(matching) // TASKS_PAGE_SIZE))
         page = min(task_page, task_pages)
         query = {k: v for k, v in {"version": version, "task_q": task_q}.items() if v}
         context.update(
-            tasks=matching[(page - 1) * TASKS_PAGE_SIZE: page * TASKS_PAGE_SIZE], task_count=len(matching), task_q=task_q,
-            task_page=page, task_pages=task_pages, task_query=query, files_shown=bundle.files[:FILES_SHOWN])
+            tasks=matching[(page - 1) * TASKS_PAGE_SIZE: page * TASKS_PAGE_SIZE], task_count=len(matching),
+            task_q=task_q, task_page=page, task_pages=task_pages, task_query=query,
+            files_shown=bundle.files[:FILES_SHOWN])
         context.update(
-            chosen=crud.version_public(chosen), spec=spec, verifier={"kind": kind, "trust": trust, **(spec.get("verifier") or {})},
+            chosen=crud.version_public(chosen), spec=spec,
+            verifier={"kind": kind, "trust": trust, **(spec.get("verifier") or {})},
             bundle=bundle,
             chart=health_chart(crud.health_timeline(chosen)),
             own=crud.health_summary(chosen, own=True), others=crud.health_summary(chosen, own=False))

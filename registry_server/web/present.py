@@ -37,7 +37,8 @@ class BundleView:
 def _md() -> MarkdownIt:
     md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table")
 
-    def image(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:  # never a request for a remote resource
+    # never a request for a remote resource
+    def image(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         token = tokens[idx]
         alt = html.escape(token.content or "image")
         return f'<span class="img-alt" title="images are not loaded on this page">[{alt}]</span>'
@@ -75,7 +76,8 @@ def verifier_kind(spec: dict[str, Any]) -> tuple[str, str]:
     if (spec.get("environment") or {}).get("kind") == "container":
         return "Harbor tests", "run in the agent's own container; the agent's processes can reach the reward file"
     if "pytest_verifier.py" in command:
-        return "pytest + envkit_check", "the agent's code runs only in worker processes; values are checked in the verifier"
+        return ("pytest + envkit_check",
+                "the agent's code runs only in worker processes; values are checked in the verifier")
     if "state_verifier.py" in command:
         return "state (database rows)", "reads the service's database and the answer; the agent cannot reach it"
     return "custom command", "the environment's own verifier command"
@@ -159,7 +161,8 @@ def health_chart(points: list[dict[str, Any]], width: int = 720, height: int = 2
              f'viewBox="0 0 {width} {height}" role="img" aria-label="health over time">']
     for v in (0, 0.25, 0.5, 0.75, 1):
         parts.append(f'<line x1="{left}" x2="{left + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e7eb"/>'
-                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end" fill="#6b7384">{v:.0%}</text>')
+                     f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end" '
+                     f'fill="#6b7384">{v:.0%}</text>')
     for key, label, colour in _SERIES:
         pts = [(x(i), y(p[key])) for i, p in enumerate(points) if p.get(key) is not None]
         if len(pts) > 1:
@@ -178,9 +181,12 @@ def health_chart(points: list[dict[str, Any]], width: int = 720, height: int = 2
         if p.get("probes_beaten") is None:
             continue
         beaten = p["probes_beaten"]
-        mark = (f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="12" text-anchor="middle" fill="#9b1c1c">✗</text>' if beaten
-                else f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="12" text-anchor="middle" fill="#15803d">✓</text>')
-        parts.append(f'<g><title>hack probes: {beaten} beat a task' if beaten else '<g><title>hack probes: none beat a task')
+        mark = (f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="12" text-anchor="middle" '
+                'fill="#9b1c1c">✗</text>' if beaten
+                else f'<text x="{x(i):.1f}" y="{top + h + 16}" font-size="12" text-anchor="middle" '
+                     'fill="#15803d">✓</text>')
+        parts.append(f'<g><title>hack probes: {beaten} beat a task' if beaten
+                     else '<g><title>hack probes: none beat a task')
         parts.append(f"</title>{mark}</g>")
     ly = height - 10
     lx = left

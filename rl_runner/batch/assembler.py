@@ -277,11 +277,13 @@ class Assembler:
         return {
             "ttb_s": round(ttb, 4),
             "trajectories": len(trajs),
-            "trajectory_s": {"p50": pct(times, 50, digits=4), "p90": pct(times, 90, digits=4), "p99": pct(times, 99, digits=4),
-                             "max": round(max(times), 4) if times else None},
+            "trajectory_s": {"p50": pct(times, 50, digits=4), "p90": pct(times, 90, digits=4),
+                             "p99": pct(times, 99, digits=4), "max": round(max(times), 4) if times else None},
             # the share of the window in which a slot sat idle: nothing admissible, the batch waited on stragglers
-            "straggler_wait_share": round(self.running.time_below(batch.t_open, batch.t_close, c) / ttb, 4) if ttb > 0 else None,
-            "slot_idle_share": round(1 - self.running.integral(batch.t_open, batch.t_close) / (c * ttb), 4) if ttb > 0 else None,
+            "straggler_wait_share": (round(self.running.time_below(batch.t_open, batch.t_close, c) / ttb, 4)
+                                     if ttb > 0 else None),
+            "slot_idle_share": (round(1 - self.running.integral(batch.t_open, batch.t_close) / (c * ttb), 4)
+                                if ttb > 0 else None),
             "work_s": round(work, 3),
             "ideal_s": round(work / c, 3),
             "carried_groups": carried_groups,

@@ -73,8 +73,8 @@ def _long_commands(env: LoadedEnvironment, params: WorkloadParams) -> LoadedEnvi
     return dataclasses.replace(env, spec=spec)
 
 
-def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, trajectories: int, group_size: int, concurrency: int,
-               batches: int, pool_size: int, seed: int, params: WorkloadParams) -> dict[str, Any]:
+def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, trajectories: int, group_size: int,
+               concurrency: int, batches: int, pool_size: int, seed: int, params: WorkloadParams) -> dict[str, Any]:
     """Collect ``batches`` batches under ``policy`` on ``backend`` (the environment's
     :class:`~rl_runner.distributed.rollouts.Rollouts`: this machine's or a Ray cluster's;
     ``router`` is the policy it uses); returns the row."""
@@ -90,14 +90,14 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
 
         def describe() -> Trajectory:
             return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                              bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id,
-                              seed=seed + g, group_id=f"{task.id}/{seed + g}")
+                              bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime,
+                              task_id=task.id, seed=seed + g, group_id=f"{task.id}/{seed + g}")
 
         return backend.run(scripted_episode, {"g": g, "i": i, "seed": seed, "params": params},
                            session=f"{policy.name}/{g}/{i}", cancel=cancel, describe=describe)
 
-    asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size, concurrency=concurrency,
-                    policy=policy)
+    asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size,
+                    concurrency=concurrency, policy=policy)
     got: list[Batch] = []
     rows: list[dict[str, Any]] = []
     try:
@@ -170,7 +170,8 @@ def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int,
     def drawn(g: int, i: int) -> float:
         return draw_script(params, random.Random(f"{seed}:{g}:{i}")).tool_s
 
-    sample = [drawn(g, i) for g in range(10_000, 10_000 + max(64, 4 * trajectories // group_size)) for i in range(group_size)]
+    sample = [drawn(g, i) for g in range(10_000, 10_000 + max(64, 4 * trajectories // group_size))
+              for i in range(group_size)]
     median = statistics.median(sample)  # groups no batch uses: the workload's own median
 
     def episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
@@ -185,8 +186,8 @@ def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int,
         t.timings = {"episode_s": round(duration, 4), "work_s": round(duration, 4)}
         return t
 
-    asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size, concurrency=concurrency,
-                    policy=policy)
+    asm = Assembler(episode, group_size=group_size, groups_per_batch=trajectories // group_size,
+                    concurrency=concurrency, policy=policy)
     got: list[Batch] = []
     try:
         asm.start()
@@ -239,8 +240,9 @@ def admission_bias(batches: list[Batch], drawn: Callable[[int, int], float], gro
 
 
 def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_size: int = 8, concurrency: int = 64,
-                  batches: int = 2, replicas: int | None = None, pool_size: int | None = None, model: Path | None = None, seed: int = 0,
-                  params: WorkloadParams | None = None, policies: list[AssemblyPolicy] | None = None,
+                  batches: int = 2, replicas: int | None = None, pool_size: int | None = None,
+                  model: Path | None = None, seed: int = 0, params: WorkloadParams | None = None,
+                  policies: list[AssemblyPolicy] | None = None,
                   backend: str = "local", ray_address: str | None = None, ray_nodes: int = 2,
                   cpu_partition: str = "auto", replay_scale: float = 0.1, sandbox_runtime: str | None = None,
                   say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
@@ -257,7 +259,8 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     policies = policies or ABLATION
     pool_size = pool_size if pool_size is not None else concurrency + max(2, concurrency // 4)
     cores = plan_partition(cpu_partition, replicas, gpu=has_cuda(), remote_sandboxes=ray_address is not None)
-    runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset(), runtime=sandbox_runtime)
+    runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset(),
+                         runtime=sandbox_runtime)
     check_engine(runtime)
     model_path = _ensure_model(model, say)
     replicas = cores.replicas
@@ -278,13 +281,15 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
             say(f"{policy.name}: {batches} batch(es) of {trajectories} …")
             t0 = time.monotonic()
             router = Router([PolicyClient(u) for u in service.urls], affinity=policy.affinity)
-            placement = RayPlacement(ray_address or "auto", episodes_per_worker=concurrency) if backend == "ray" else None
+            placement = (RayPlacement(ray_address or "auto", episodes_per_worker=concurrency)
+                         if backend == "ray" else None)
             runner = None
             try:
                 runner = open_rollouts(runtime, router, ray=placement, policy_ready=service.ready())
                 cpu0 = core_seconds()
                 row = run_policy(policy, runner, router, trajectories=trajectories, group_size=group_size,
-                                 concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed, params=params)
+                                 concurrency=concurrency, batches=batches, pool_size=pool_size, seed=seed,
+                                 params=params)
                 cpu1 = core_seconds()  # before the rollouts close (their teardown is not the policy's work)
             finally:
                 if runner is not None:
@@ -305,8 +310,8 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     replay: list[dict[str, Any]] = []
     if replay_scale > 0:
         say(f"replay: the same scripts, the assembler alone, at time scale {replay_scale:g} …")
-        replay = [replay_policy(p, trajectories=trajectories, group_size=group_size, concurrency=concurrency, batches=batches,
-                                seed=seed, params=params, scale=replay_scale) for p in policies]
+        replay = [replay_policy(p, trajectories=trajectories, group_size=group_size, concurrency=concurrency,
+                                batches=batches, seed=seed, params=params, scale=replay_scale) for p in policies]
         for r in replay:
             r["speedup_vs_naive"] = round(replay[0]["ttb_s"] / r["ttb_s"], 3) if r["ttb_s"] else None
     return {
@@ -319,9 +324,10 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
         "optimized_over_ideal": best["ttb_over_ideal"],
         "targets": {"optimized_le_naive_over_3_5": best["ttb_s"] <= naive["ttb_s"] / 3.5,
                     "optimized_within_1_3_ideal": (best["ttb_over_ideal"] or 99) <= 1.3},
-        "setup": {"env": runtime.env.ref, "backend": backend, "trajectories": trajectories, "group_size": group_size, "concurrency": concurrency,
-                  "batches": batches, "replicas": replicas, "pool_size": pool_size, "seed": seed, "model": str(model_path),
-                  "cpus": os.cpu_count(), "partition": cores.to_dict(), "workload": params.to_dict()},
+        "setup": {"env": runtime.env.ref, "backend": backend, "trajectories": trajectories, "group_size": group_size,
+                  "concurrency": concurrency, "batches": batches, "replicas": replicas, "pool_size": pool_size,
+                  "seed": seed, "model": str(model_path), "cpus": os.cpu_count(), "partition": cores.to_dict(),
+                  "workload": params.to_dict()},
     }
 
 
@@ -341,7 +347,8 @@ def _stretch(trajs: list[Trajectory], measured: Callable[[Trajectory], float]) -
     return _r(sum(measured(t) for t in played) / scripted) if scripted > 0 else None
 
 
-def host_cpu(before: dict[int, float], after: dict[int, float], cores: CpuPartition, trajectories: int) -> dict[str, float | None]:
+def host_cpu(before: dict[int, float], after: dict[int, float], cores: CpuPartition,
+             trajectories: int) -> dict[str, float | None]:
     """Host CPU-seconds per trajectory between two :func:`core_seconds` reads: on every core,
     and (under a partition) on the inference side's and the sandboxes' cores."""
     def per(side: tuple[int, ...] | list[int]) -> float | None:

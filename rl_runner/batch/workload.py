@@ -130,8 +130,8 @@ def scripted_episode(ctx: EpisodeContext, *, g: int, i: int, seed: int, params: 
     timings: dict[str, float] = {}
     t0 = time.monotonic()
     traj = Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                      bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id, seed=seed,
-                      group_id=group_id)
+                      bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=task.id,
+                      seed=seed, group_id=group_id)
     try:
         # the script's turns are its budget: every one is played, then its verification
         episode = runtime.start(task, seed, sandboxes, agent="bench", cancel=cancel, max_turns=len(script.turns) + 1)

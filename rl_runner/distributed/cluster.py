@@ -63,7 +63,8 @@ class LocalRayCluster:
             exe = shutil.which("ray") or exe
         if not Path(exe).exists():
             require_ray()
-            raise UserError("the `ray` command is not on PATH", "install envkit[ray] into the Python you run envkit with")
+            raise UserError("the `ray` command is not on PATH",
+                            "install envkit[ray] into the Python you run envkit with")
         return exe
 
     def _node(self, *args: str) -> None:
@@ -72,8 +73,10 @@ class LocalRayCluster:
         env = {"RAY_worker_register_timeout_seconds": "300", **os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         cmd = [self._ray(), "start", "--block", f"--num-cpus={self.cpus}", f"--object-store-memory={self.object_store}",
                "--resources", f'{{"{HOST_RESOURCE}": 1}}', "--disable-usage-stats", *args]
-        with open(self.temp / f"node-{len(self.procs)}.log", "wb") as log:  # the node has its own copy of the descriptor
-            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+        # the node has its own copy of the descriptor
+        with open(self.temp / f"node-{len(self.procs)}.log", "wb") as log:
+            self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                               start_new_session=True))
 
     def start(self, timeout: float = 240) -> LocalRayCluster:
         """Start the nodes and connect this process to the cluster (``ray.init``)."""
@@ -99,7 +102,8 @@ class LocalRayCluster:
                 or ray.cluster_resources().get(HOST_RESOURCE, 0) < self.nodes:
             self._check_procs()
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the local Ray cluster did not reach {self.nodes} nodes; see {self.temp}/node-*.log")
+                raise RuntimeError(f"the local Ray cluster did not reach {self.nodes} nodes; "
+                                   f"see {self.temp}/node-*.log")
             time.sleep(0.5)
         return self
 

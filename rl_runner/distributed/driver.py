@@ -88,7 +88,8 @@ class RayRollouts:
                 raise UserError(f"no Ray cluster answers at {self.address or 'auto'}: {e}",
                                 "start one (ray start --head …) and pass its address, or omit the address to "
                                 "start a local one") from None
-        nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get(HOST_RESOURCE, 0) > 0]
+        nodes = [n["NodeID"] for n in ray.nodes()
+                 if n.get("Alive") and n.get("Resources", {}).get(HOST_RESOURCE, 0) > 0]
         if not nodes:
             raise UserError(f"the Ray cluster has no node with the `{HOST_RESOURCE}` resource, so no sandbox host",
                             f"start each CPU (sandbox) node with: ray start --address=HEAD:PORT --resources "
@@ -101,7 +102,8 @@ class RayRollouts:
         def place(node: str) -> Any:
             # One host per sandbox node for this environment, pinned there; each takes a small share
             # of the node's resource so that several environments' hosts can share a node.
-            return (host_cls.options(resources={HOST_RESOURCE: HOST_SHARE}, num_cpus=0, max_concurrency=4096, max_restarts=0,
+            return (host_cls.options(resources={HOST_RESOURCE: HOST_SHARE}, num_cpus=0, max_concurrency=4096,
+                                     max_restarts=0,
                                      scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                     .remote(spec, self.run_id))
 
@@ -117,7 +119,8 @@ class RayRollouts:
                 try:
                     infos[k] = ray.get(handles[k].info.remote(), timeout=300)
                 except ray.exceptions.RayActorError as e:
-                    why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines() if "UserError:" in line), None)
+                    why = next((line.split("UserError:", 1)[1].strip() for line in str(e).splitlines()
+                                if "UserError:" in line), None)
                     if why is not None:  # its constructor refused (e.g. its engine lacks the image): a user's fix
                         abandon()
                         raise UserError(f"a sandbox host could not start: {why}",
@@ -128,8 +131,8 @@ class RayRollouts:
                     if attempt + 1 == HOST_START_TRIES:
                         abandon()
                         raise InfraFailure("sandbox_host_lost",
-                                           f"the sandbox host on node {nodes[k][:12]} died {HOST_START_TRIES} times before "
-                                           f"it started: {str(e)[-400:]}") from None
+                                           f"the sandbox host on node {nodes[k][:12]} died {HOST_START_TRIES} "
+                                           f"times before it started: {str(e)[-400:]}") from None
                     handles[k] = place(nodes[k])
         self.hosts = [_Member(h, i) for h, i in zip(handles, infos, strict=True)]
         w = self.workers or len({i["node"] for i in infos})
@@ -205,7 +208,8 @@ class RayRollouts:
         import ray
 
         if on_attempt is not None:
-            raise ValueError("on_attempt hooks run on the episode's thread; on Ray the episode runs in a rollout worker")
+            raise ValueError("on_attempt hooks run on the episode's thread; "
+                             "on Ray the episode runs in a rollout worker")
         used: set[int] = set()
         since = time.monotonic()
 
@@ -235,7 +239,8 @@ class RayRollouts:
             except ray.exceptions.RayActorError:
                 worker.alive = False
                 return failure_record(describe, "infra_failure:rollout_worker_lost",
-                                      {"message": "the rollout worker running it is gone", "worker_node": worker.info["node"]})
+                                      {"message": "the rollout worker running it is gone",
+                                       "worker_node": worker.info["node"]})
             finally:
                 self._done(host)
                 self._done(worker)
@@ -247,7 +252,8 @@ class RayRollouts:
                 traj = reply.trajectory
             if traj.outcome.kind == "sandbox_host_lost":
                 self._host_lost(host)
-            traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"], "worker_node": reply.node}
+            traj.placement = {"sandbox_host": host.info["host"], "sandbox_node": host.info["node"],
+                              "worker_node": reply.node}
             return traj
 
         return queued(run_attempts(attempt, max_retries=self.max_retries, describe=describe), since)

@@ -75,7 +75,8 @@ class SandboxHost:
         with self.lock:
             entry = self.live.get(sid)
         if entry is None:
-            return HostReply.failed(InfraFailure("sandbox_lost", f"sandbox {sid[:12]} is not held on this host", host=self.host_id))
+            return HostReply.failed(InfraFailure("sandbox_lost", f"sandbox {sid[:12]} is not held on this host",
+                                                 host=self.host_id))
         try:
             return HostReply(getattr(entry[0], method)(*args, **kwargs))
         except EpisodeFailure as e:

@@ -31,7 +31,8 @@ class LocalRollouts:
 
     def configure(self, kind: str, size: int) -> None:
         old = self.sandboxes
-        self.sandboxes = sandbox_pool(self.runtime.backend, size) if kind == "pool" else FreshSandboxes(self.runtime.backend)
+        self.sandboxes = (sandbox_pool(self.runtime.backend, size) if kind == "pool"
+                          else FreshSandboxes(self.runtime.backend))
         old.close()
 
     def occupancy(self, t0: float, t1: float) -> tuple[float, float]:

@@ -65,8 +65,8 @@ class RayPlacement:
 
 
 def open_rollouts(runtime: EnvRuntime, router: Router, *, ray: RayPlacement | None = None,
-                  setup: Callable[[], Any] | None = None, max_retries: int = 2, policy_ready: Callable[[], bool] | None = None,
-                  supply: tuple[str, int] = ("fresh", 0)) -> Rollouts:
+                  setup: Callable[[], Any] | None = None, max_retries: int = 2,
+                  policy_ready: Callable[[], bool] | None = None, supply: tuple[str, int] = ("fresh", 0)) -> Rollouts:
     """The environment's :class:`Rollouts`: this machine's, or (``ray``) the cluster's.
     ``setup()`` makes what episode functions find in ``ctx.extra`` (on Ray, in every worker);
     ``supply`` is the first sandbox supply (``("pool", size)`` or ``("fresh", 0)``)."""

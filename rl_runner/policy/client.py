@@ -66,7 +66,8 @@ class PolicyClient:
             raise InfraFailure("inference_unavailable", f"the inference server at {self.url} does not answer",
                                error=f"{type(e).__name__}: {e}"[:300]) from None
         if r.status_code >= 500:
-            raise InfraFailure("inference_unavailable", f"the inference server answered {r.status_code}", body=r.text[:500])
+            raise InfraFailure("inference_unavailable", f"the inference server answered {r.status_code}",
+                               body=r.text[:500])
         if r.status_code >= 400:
             raise ValueError(f"the inference server refused the request ({r.status_code}): {r.text[:500]}")
         data = r.json()

@@ -32,7 +32,8 @@ class PolicyService:
     in ``log_dir``: ``vllm.log``, ``vllm-1.log``…) or the running servers at ``urls``."""
 
     def __init__(self, model: str | Path | None, *, urls: Sequence[str] | None = None, replicas: int = 1,
-                 cores: CpuPartition | None = None, log_dir: Path | None = None, extra_args: list[str] | None = None) -> None:
+                 cores: CpuPartition | None = None, log_dir: Path | None = None,
+                 extra_args: list[str] | None = None) -> None:
         if not urls and model is None:
             raise ValueError("a PolicyService needs a model to serve or the URLs of running servers")
         self.model = model

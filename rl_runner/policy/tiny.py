@@ -34,8 +34,8 @@ from typing import Any
 
 from rl_runner.rollout.chat import CHATML_TEMPLATE, CHATML_TOKENS, HERMES_TEMPLATE, HERMES_TOKENS, ChatFormat
 
-__all__ = ["CODE_WORDS", "LOOKUP_KEYS", "OTHER_WORDS", "TEMPLATES", "WARMUPS", "WARMUP_COMMANDS", "TinySpec", "tokenizer_for",
-           "warm_up", "write_tiny_model"]
+__all__ = ["CODE_WORDS", "LOOKUP_KEYS", "OTHER_WORDS", "TEMPLATES", "WARMUPS", "WARMUP_COMMANDS", "TinySpec",
+           "tokenizer_for", "warm_up", "write_tiny_model"]
 
 TEMPLATES = {"chatml": (CHATML_TEMPLATE, CHATML_TOKENS), "hermes": (HERMES_TEMPLATE, HERMES_TOKENS)}
 WARMUPS = ("shellcmd", "lookup")
@@ -51,8 +51,8 @@ CODE_WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "ha
               "maple", "nectar", "onyx", "pearl", "quartz", "raven", "sable", "tulip")
 OTHER_WORDS = ("red", "blue", "green", "gold", "silver", "black", "white", "pink", "gray", "brown", "orange", "violet",
                "lime", "navy", "teal", "plum", "rose", "sand", "snow", "coal")
-LOOKUP_KEYS = ("code", "color", "animal", "fruit", "city", "planet", "metal", "tree", "river", "bird", "stone", "flower",
-               "sport", "tool", "music", "ship")
+LOOKUP_KEYS = ("code", "color", "animal", "fruit", "city", "planet", "metal", "tree", "river", "bird", "stone",
+               "flower", "sport", "tool", "music", "ship")
 _LOOKUP_REQUESTS = ("What is the code word? Look it up, then answer with it.",
                     "Find the code word and answer with it.",
                     "Answer with the code word (look it up first).")
@@ -131,7 +131,8 @@ def _lookup_examples(fmt: ChatFormat, rng: random.Random) -> tuple[list[int], li
     return _lookup_dialogue(fmt, request, key, shown)
 
 
-WARMUP_LR = {"shellcmd": 1e-3, "lookup": 1.5e-3}  # shellcmd: 3e-3 left P(any listed command) at 0.09; lookup: see docs/train.md
+# shellcmd: 3e-3 left P(any listed command) at 0.09; lookup: see docs/train.md
+WARMUP_LR = {"shellcmd": 1e-3, "lookup": 1.5e-3}
 # lookup: the rate decays to 0 over the steps (half a cosine) with gradients clipped at norm 1; at a
 # constant 1.5e-3 the held-out loss jumped between steps 1000 and 1250 (seed 0) and the copy was lost
 WARMUP_DECAY = {"shellcmd": False, "lookup": True}
@@ -192,7 +193,8 @@ def warm_up(model: Any, tokenizer: Any, steps: int, *, task: str = "shellcmd", s
     held_batch = _batch_tensors(held, pad)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     decay = WARMUP_DECAY[task]
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 0.5 * (1 + math.cos(math.pi * i / steps))) if decay else None
+    schedule = (torch.optim.lr_scheduler.LambdaLR(optimizer, lambda i: 0.5 * (1 + math.cos(math.pi * i / steps)))
+                if decay else None)
     best: tuple[float, int, dict[str, Any]] | None = None
     checks: list[list[float]] = []
     train_loss = float("nan")

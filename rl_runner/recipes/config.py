@@ -61,7 +61,8 @@ class BatchSection(_Strict):
     # done; the rest join later batches (scored against their whole group). 1.0: whole groups only.
     # Sync mode always waits for whole groups (every sample on-policy).
     partial: float = Field(default=0.75, gt=0, le=1)
-    pool_size: int = Field(default=0, ge=0, le=100_000)  # warm sandboxes per environment; 0: its share of concurrency + 25%
+    # warm sandboxes per environment; 0: its share of concurrency + 25%
+    pool_size: int = Field(default=0, ge=0, le=100_000)
 
 
 class RaySection(_Strict):
@@ -92,9 +93,11 @@ class Recipe(_Strict):
     dtype: Literal["float32", "bfloat16"] = "float32"  # trainer and vLLM alike
     # how the model writes tool calls (rl_runner.rollout.chat): auto picks by its chat template
     tool_format: Literal["auto", "envkit", "hermes", "llama3_json"] = "auto"
-    policy_url: str | list[str] | None = None  # running vLLM server(s) (started with envkit's flags) instead of starting them
+    # running vLLM server(s) (started with envkit's flags) instead of starting them
+    policy_url: str | list[str] | None = None
     replicas: int = Field(default=1, ge=1, le=16)  # vLLM servers started for the run (generation routed over all)
-    # cores for the run's vLLM replicas and for its sandboxes: INFERENCE/SANDBOXES ("0/1"), auto, none (rl_runner.partition)
+    # cores for the run's vLLM replicas and for its sandboxes: INFERENCE/SANDBOXES ("0/1"), auto, none
+    # (rl_runner.partition)
     cpu_partition: str = "auto"
     checkpoint_every: int = Field(default=10, ge=0)  # 0: only at the end
     resume: Path | None = None  # a checkpoint folder to resume from
@@ -151,7 +154,8 @@ def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     src = Path(path)
     if not src.is_file():
-        raise UserError(f"recipe `{src}` does not exist", "give a recipe YAML file, e.g. rl_runner/recipes/shellcmd.yaml")
+        raise UserError(f"recipe `{src}` does not exist",
+                        "give a recipe YAML file, e.g. rl_runner/recipes/shellcmd.yaml")
     try:
         doc = yaml.safe_load(src.read_text()) or {}
     except yaml.YAMLError as e:

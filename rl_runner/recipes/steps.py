@@ -78,7 +78,8 @@ def failure_rates(trajs: list[Trajectory]) -> Failures:
             episodes=len(ts), retries=sum(t.retries for t in ts),
             infra_failures=sum(t.excluded and t.outcome.category is FailureCategory.INFRA for t in ts),
             # the first attempt failed as infra or verifier, whether a retry then succeeded or not
-            first_attempt_failures=sum(bool(t.attempts) or t.outcome.retryable for t in ts)) for key, ts in by_env.items()})
+            first_attempt_failures=sum(bool(t.attempts) or t.outcome.retryable for t in ts))
+            for key, ts in by_env.items()})
 
 
 def distinct_prompts(trajs: list[Trajectory]) -> list[list[int]]:
@@ -111,7 +112,8 @@ def pooled(div: list[dict[str, float]]) -> Divergence:
     tokens = int(sum(d["tokens"] for d in div))
     if not div:
         return Divergence(kl=None, max_abs=None, tokens=0)
-    return Divergence(kl=sum(d["kl"] * d["tokens"] for d in div) / tokens, max_abs=max(d["max_abs"] for d in div), tokens=tokens)
+    return Divergence(kl=sum(d["kl"] * d["tokens"] for d in div) / tokens, max_abs=max(d["max_abs"] for d in div),
+                      tokens=tokens)
 
 
 # -- admission, refusal and the step record ----------------------------------------------------
@@ -190,14 +192,15 @@ def learning_signal(trajs: list[Trajectory], usable: list[Trajectory]) -> Signal
     scored = [tr for tr in trajs if not tr.excluded]
     nlp = [-float(lp) for tr in usable for lp, m in zip(tr.logprobs, tr.loss_mask, strict=False) if m]
     return Signal(groups=len(groups), groups_with_signal=sum(1 for r in groups if max(r) != min(r)),
-                  valid_actions=round(sum(tr.outcome != UNPARSEABLE for tr in scored) / len(scored), 4) if scored else None,
+                  valid_actions=(round(sum(tr.outcome != UNPARSEABLE for tr in scored) / len(scored), 4)
+                                 if scored else None),
                   entropy=round(sum(nlp) / len(nlp), 4) if nlp else None)
 
 
-def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, step_s: float, trajs: list[Trajectory],
-                usable: list[Trajectory], env_refs: list[str], batch: BatchStats, trainable: int, refused: Refused,
-                div: list[dict[str, float]], lags: list[int], admitted: list[bool], mismatch: Mismatch,
-                train: dict[str, Any], publish: PublishResult) -> StepMetrics:
+def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s: float, step_s: float,
+                trajs: list[Trajectory], usable: list[Trajectory], env_refs: list[str], batch: BatchStats,
+                trainable: int, refused: Refused, div: list[dict[str, float]], lags: list[int], admitted: list[bool],
+                mismatch: Mismatch, train: dict[str, Any], publish: PublishResult) -> StepMetrics:
     """The step's line of metrics.jsonl: ``trajs`` the batch's episodes, ``usable`` the ones
     with samples (``div``, ``lags`` and ``admitted`` are per usable sample); ``step_s`` the
     step's whole time, for its throughput."""
@@ -211,16 +214,20 @@ def step_record(*, step: int, version: int, recipe: Recipe, wall_s: float, ttb_s
                             trajectories_per_s=round(len(produced) / step_s, 4) if step_s > 0 else None)
 
     return StepMetrics(
-        step=step, version=version, mode=recipe.mode, wall_s=round(wall_s, 3), ttb_s=round(ttb_s, 4), episodes=len(trajs),
-        batch=batch, trainable=trainable, refused_batches=refused.batches, refused_episodes=refused.episodes,
-        reward=Reward(mean=mean_reward(usable), by_env={ref: mean_reward([tr for tr in usable if tr.env_ref == ref]) for ref in env_refs}),
+        step=step, version=version, mode=recipe.mode, wall_s=round(wall_s, 3), ttb_s=round(ttb_s, 4),
+        episodes=len(trajs), batch=batch, trainable=trainable,
+        refused_batches=refused.batches, refused_episodes=refused.episodes,
+        reward=Reward(mean=mean_reward(usable),
+                      by_env={ref: mean_reward([tr for tr in usable if tr.env_ref == ref]) for ref in env_refs}),
         episode_s=distribution([tr.timings.get("episode_s", 0.0) for tr in trajs]),
         outcomes=dict(Counter(tr.outcome for tr in trajs)),
         failures=failure_rates(refused.trajectories + trajs),
-        staleness=Staleness(kl=distribution([d["kl"] for d in div]), lag={str(k): v for k, v in sorted(Counter(lags).items())},
+        staleness=Staleness(kl=distribution([d["kl"] for d in div]),
+                            lag={str(k): v for k, v in sorted(Counter(lags).items())},
                             admitted=sum(admitted), rejected=len(admitted) - sum(admitted) + refused.samples,
                             kl_max=recipe.async_.kl_max if recipe.mode == "async" else None),
-        mismatch=mismatch, mismatch_batch=lag0(div, lags), train=TrainStats(**train), signal=learning_signal(trajs, usable),
+        mismatch=mismatch, mismatch_batch=lag0(div, lags), train=TrainStats(**train),
+        signal=learning_signal(trajs, usable),
         publish=Publish(**publish.to_dict()),
         throughput=throughput)
 

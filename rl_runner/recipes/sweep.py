@@ -33,7 +33,8 @@ def parse_warmup(text: str | None) -> tuple[str, int] | None:
 
     task, _, steps = text.partition(":")
     if task not in WARMUPS or not steps.isdigit() or int(steps) < 1:
-        raise UserError(f"--warmup {text!r} is not TASK:STEPS", f"write e.g. lookup:1000 (TASK one of: {', '.join(WARMUPS)})")
+        raise UserError(f"--warmup {text!r} is not TASK:STEPS",
+                        f"write e.g. lookup:1000 (TASK one of: {', '.join(WARMUPS)})")
     return task, int(steps)
 
 
@@ -47,7 +48,8 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def seed_row(seed: int, run_dir: Path, threshold: float, seconds: float, warmed: dict[str, Any] | None) -> dict[str, Any]:
+def seed_row(seed: int, run_dir: Path, threshold: float, seconds: float,
+             warmed: dict[str, Any] | None) -> dict[str, Any]:
     """The figures of one finished seed, read back from its run folder."""
     from rl_runner.doctor import run_checks
     from rl_runner.report import load_run
@@ -138,7 +140,8 @@ def write_figure(result: dict[str, Any], path: Path) -> None:
             mean = row["eval"]["mean"]
             ax.errorbar([len(steps) + 1 + 0.12 * i], [mean], yerr=[[max(0.0, mean - lo)], [max(0.0, hi - mean)]],
                         fmt="o", color=line.get_color(), capsize=3)
-    ax.axhline(result["threshold"], color="grey", linestyle="--", linewidth=0.8, label=f"threshold {result['threshold']:g}")
+    ax.axhline(result["threshold"], color="grey", linestyle="--", linewidth=0.8,
+               label=f"threshold {result['threshold']:g}")
     ax.set_xlim(0.5, last + 2.5)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel("step (points at the right: evaluation after training, 95% CI)")

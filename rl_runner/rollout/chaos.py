@@ -37,7 +37,8 @@ from rl_runner.policy.client import Generation, PolicyClient, SamplingParams
 __all__ = ["INFRA_FAULTS", "MODEL_FAULTS", "ChaosInjector"]
 
 INFRA_FAULTS = ("kill_container", "docker_api", "verifier_crash", "vllm_restart")
-MODEL_FAULTS = {"model_timeout": "model_failure:command_timeout", "model_unparseable": "model_failure:unparseable_action",
+MODEL_FAULTS = {"model_timeout": "model_failure:command_timeout",
+                "model_unparseable": "model_failure:unparseable_action",
                 "model_hangs_verifier": "model_failure:code_timeout", "model_forges_reward": "ok"}
 _APPEND = "find . -name '*.py' -not -path './.git/*' | while read -r f; do printf '\\n%s\\n' {code} >> \"$f\"; done"
 _FORCED = {
@@ -140,7 +141,8 @@ class _FaultyBackend:
         ctx = self.chaos.ctx
         if ctx.fault == "docker_api":
             broken = DockerBackend(self.real.image, self.real.limits, client=_BrokenClient(self.real.client),
-                                   labels=self.real.labels, has_repo=self.real.has_repo, has_service=self.real.has_service)
+                                   labels=self.real.labels, has_repo=self.real.has_repo,
+                                   has_service=self.real.has_service)
             return broken.create()  # raises the infra failure the real code path makes of an API error
         sandbox = self.real.create()
         ctx.sandbox = sandbox

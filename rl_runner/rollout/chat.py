@@ -48,8 +48,8 @@ from typing import Any
 from envkit.errors import UserError
 from envkit.tools import TOOL_ARGUMENTS, tool_schemas
 
-__all__ = ["CHATML_TEMPLATE", "CHATML_TOKENS", "FORMATS", "HERMES_TEMPLATE", "HERMES_TOKENS", "ChatFormat", "ChatFormatError",
-           "Conversation", "ToolCall", "UnparseableAction"]
+__all__ = ["CHATML_TEMPLATE", "CHATML_TOKENS", "FORMATS", "HERMES_TEMPLATE", "HERMES_TOKENS", "ChatFormat",
+           "ChatFormatError", "Conversation", "ToolCall", "UnparseableAction"]
 
 FORMATS = ("auto", "envkit", "hermes", "llama3_json")
 
@@ -131,7 +131,8 @@ def _envkit_system_prompt(enabled: list[str]) -> str:
     tools = {
         "bash": '"bash": {"command": "..."} runs a shell command in /workspace',
         "http": '"http": {"method": "GET", "path": "/...", "body": {...}} calls the service',
-        "browser": '"browser": {"action": "goto|click|type|select|submit|read|back", "id": 1, "path": "/", "text": "..."}',
+        "browser": ('"browser": {"action": "goto|click|type|select|submit|read|back", "id": 1, "path": "/", '
+                    '"text": "..."}'),
     }
     lines = [tools[t] for t in enabled if t in tools] + ['"answer": {"text": "..."} gives your final answer and ends']
     return ("You solve tasks in a sandbox. Each turn, call one tool as "
@@ -139,8 +140,9 @@ def _envkit_system_prompt(enabled: list[str]) -> str:
             "\nWrite no tool call when you are done.")
 
 
-_TOOLS_SYSTEM_PROMPT = ("You solve tasks in a sandbox with the tools you are given: call one tool per turn, and give your "
-                        "final answer with the answer tool (or reply without a tool call when you are done).")
+_TOOLS_SYSTEM_PROMPT = ("You solve tasks in a sandbox with the tools you are given: call one tool per turn, "
+                        "and give your final answer with the answer tool (or reply without a tool call "
+                        "when you are done).")
 
 
 class ChatFormat:
@@ -178,7 +180,8 @@ class ChatFormat:
             return ToolParserManager.get_tool_parser(name)(self.tokenizer)
         except Exception as e:  # noqa: BLE001 - vLLM says why (e.g. a token the format needs is not in the vocabulary)
             raise ChatFormatError(f"vLLM's {name} tool-call parser cannot read {model}'s output: {str(e)[:300]}",
-                                  "set tool_format to the model family's format (envkit, hermes, llama3_json)") from None
+                                  "set tool_format to the model family's format "
+                                  "(envkit, hermes, llama3_json)") from None
 
     def _stop_ids(self) -> tuple[int, ...]:
         """The tokens that end a model's turn: the tokenizer's end-of-sequence token and the
@@ -204,10 +207,12 @@ class ChatFormat:
             raise
         except Exception as e:  # noqa: BLE001 - the template's own error (e.g. raise_exception on a role)
             raise ChatFormatError(f"{model}'s chat template cannot render a tool message: {str(e)[:300]}",
-                                  "use a model whose template renders role 'tool' messages, or a template that does") from None
+                                  "use a model whose template renders role 'tool' messages, "
+                                  "or a template that does") from None
 
     # -- rendering ------------------------------------------------------------------------
-    def _render(self, messages: list[dict[str, Any]], *, generation_prompt: bool, tools: list[dict[str, Any]] | None) -> str:
+    def _render(self, messages: list[dict[str, Any]], *, generation_prompt: bool,
+                tools: list[dict[str, Any]] | None) -> str:
         kwargs: dict[str, Any] = {"add_generation_prompt": generation_prompt, "tokenize": False}
         if tools:
             kwargs["tools"] = tools
@@ -215,7 +220,8 @@ class ChatFormat:
 
     def _closing(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         """What the template writes after an assistant message's content."""
-        text = self._render([*messages, {"role": "assistant", "content": _SENTINEL}], generation_prompt=False, tools=tools)
+        text = self._render([*messages, {"role": "assistant", "content": _SENTINEL}], generation_prompt=False,
+                            tools=tools)
         return text[text.rindex(_SENTINEL) + len(_SENTINEL):] if _SENTINEL in text else ""
 
     def _delta(self, messages: list[dict[str, Any]], observation: str,
@@ -282,7 +288,8 @@ class ChatFormat:
                 raise UnparseableAction(f"a {start} call that does not parse as {self.name}")
             return None
         if len(info.tool_calls) != 1:
-            raise UnparseableAction(f"{len(info.tool_calls)} tool calls in one turn; the environment takes one per turn")
+            raise UnparseableAction(f"{len(info.tool_calls)} tool calls in one turn; "
+                                    "the environment takes one per turn")
         fn = info.tool_calls[0].function
         try:
             args = json.loads(fn.arguments) if isinstance(fn.arguments, str) else fn.arguments

@@ -17,12 +17,14 @@ from rl_runner.rollout.trajectory import Trajectory
 
 __all__ = ["ABORTED", "OBSERVATION_CAP", "agent_episode", "load_chat_format", "mark_aborted"]
 
-ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")  # the batch assembler cancelled the episode; not a model or infra outcome
+# the batch assembler cancelled the episode; not a model or infra outcome
+ABORTED = format_outcome(FailureCategory.ABORTED, "straggler")
 
 OBSERVATION_CAP = 1500  # characters of one observation shown to the model
 
 
-def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str, sampling: SamplingParams) -> Trajectory:
+def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str,
+                  sampling: SamplingParams) -> Trajectory:
     """One episode of the model-driven agent (an episode function of the rollout seam,
     :mod:`rl_runner.distributed.rollouts`): the sandbox comes from ``ctx.sandboxes`` (a
     reusing pool gets it back after a clean episode, see :mod:`rl_runner.rollout.reuse`), the
@@ -85,7 +87,8 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
             _append(traj, context, obs_ids, [0.0] * len(obs_ids), [""] * len(obs_ids), model=False)
             if observation.over:  # the last turn's observation is in the trajectory, as every other
                 break
-        timings = {"sandbox_acquire_s": episode.timings.get("sandbox_acquire_s", 0.0), "generation_s": round(generation_s, 4)}
+        timings = {"sandbox_acquire_s": episode.timings.get("sandbox_acquire_s", 0.0),
+                   "generation_s": round(generation_s, 4)}
         if cancelled:
             timings["episode_s"] = round(time.monotonic() - t0, 4)
             traj.timings = timings
@@ -98,7 +101,8 @@ def agent_episode(ctx: EpisodeContext, *, task_id: str, seed: int, group_id: str
         traj.verifier = verifier_details(result.verifier)
         if result.outcome != "ok":
             traj.outcome, traj.evidence = result.outcome, result.evidence
-        timings.update({k: v for k, v in result.timings.items() if k in ("reset_s", "tools_s", "verify_s", "counterfactual_s")})
+        timings.update({k: v for k, v in result.timings.items()
+                        if k in ("reset_s", "tools_s", "verify_s", "counterfactual_s")})
         timings["episode_s"] = round(time.monotonic() - t0, 4)
         traj.timings = timings
         episode.release(reusable=episode.reusable)

@@ -1,9 +1,10 @@
 """The retry rule, in one place for both backends of the rollout seam
 (:mod:`rl_runner.distributed.rollouts`, through which training, evaluation, ``envkit rollout``
-and ``envkit bench rollout`` run every episode): attempts run until one ends in something other than an infra or verifier failure,
-at most ``max_retries`` retries; the first attempt that is not retried is the result, with
-``retries`` and the failed ``attempts``; when the retries run out the episode is excluded with
-its last failure. A model's own failure is a result, never retried."""
+and ``envkit bench rollout`` run every episode): attempts run until one ends in something other
+than an infra or verifier failure, at most ``max_retries`` retries; the first attempt that is
+not retried is the result, with ``retries`` and the failed ``attempts``; when the retries run
+out the episode is excluded with its last failure. A model's own failure is a result, never
+retried."""
 
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ __all__ = ["FreshSandboxes", "Sandboxes", "sandbox_pool", "sandbox_stats"]
 
 def sandbox_pool(backend: Any, size: int, *, max_parallel_create: int = 4, max_create_per_s: float = 8.0) -> WarmPool:
     """A reusing warm pool of ``size`` sandboxes of ``backend``'s environment."""
-    return WarmPool(backend.create, size, reuse=True, max_parallel=max_parallel_create, max_create_per_s=max_create_per_s)
+    return WarmPool(backend.create, size, reuse=True, max_parallel=max_parallel_create,
+                    max_create_per_s=max_create_per_s)
 
 
 class FreshSandboxes:

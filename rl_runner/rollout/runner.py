@@ -50,8 +50,8 @@ def run_agent(rollouts: Rollouts, spec: EpisodeSpec, sampling: SamplingParams, *
 
     def describe() -> Trajectory:
         return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id,
-                          bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime, task_id=spec.task.id, seed=spec.seed,
-                          group_id=spec.group_id)
+                          bundle_digest=runtime.build.bundle_digest, runtime=runtime.limits.runtime,
+                          task_id=spec.task.id, seed=spec.seed, group_id=spec.group_id)
 
     return rollouts.run(agent_episode, {"task_id": spec.task.id, "seed": spec.seed, "group_id": spec.group_id,
                                         "sampling": sampling},

@@ -103,7 +103,8 @@ class Trainer:
             frozen: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=_DTYPES[self.config.dtype])
             self.reference = frozen.to(self.device).eval().requires_grad_(False)
         c = self.config
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay, betas=c.betas, eps=c.eps)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=c.lr, weight_decay=c.weight_decay,
+                                           betas=c.betas, eps=c.eps)
         self.step = 0
         self.updates = 0  # optimizer updates (steps with a gradient): the rate's warm-up counts these
         self.cursor: dict[str, Any] = {}

@@ -78,7 +78,8 @@ class TrajectoryIndex:
         for i, path in enumerate(files):
             index._scan_file(i, path)
         if not index.entries:
-            raise UserError(f"the trajectory files of `{target}` are empty", "give a run that has collected at least one step")
+            raise UserError(f"the trajectory files of `{target}` are empty",
+                            "give a run that has collected at least one step")
         index._summarise()
         return index
 
@@ -166,7 +167,8 @@ class _Tokens:
 
                 self._tok = AutoTokenizer.from_pretrained(self.folder)
             except Exception as e:  # noqa: BLE001 - shown on the page, the ids still are
-                self.note = f"the tokenizer of {self.folder} did not load ({type(e).__name__}: {str(e)[:200]}): ids shown"
+                self.note = (f"the tokenizer of {self.folder} did not load ({type(e).__name__}: {str(e)[:200]}): "
+                             "ids shown")
                 self.folder = None
                 return
             try:
@@ -248,8 +250,9 @@ def make_app(index: TrajectoryIndex, tokenizer: Path | None, title: str) -> Any:
     @app.get("/", response_class=HTMLResponse)
     def listing(request: Request, env: str = Query("", max_length=300), task: str = Query("", max_length=300),
                 outcome: str = Query("", max_length=300), min_reward: str = Query("", max_length=40),
-                max_reward: str = Query("", max_length=40), retried: bool = Query(False), unreadable: bool = Query(False),
-                sort: str = Query("order"), page: int = Query(1, ge=1, le=1_000_000)) -> HTMLResponse:
+                max_reward: str = Query("", max_length=40), retried: bool = Query(False),
+                unreadable: bool = Query(False), sort: str = Query("order"),
+                page: int = Query(1, ge=1, le=1_000_000)) -> HTMLResponse:
         notices: list[str] = []
 
         def number(text: str, what: str) -> float | None:
@@ -269,13 +272,16 @@ def make_app(index: TrajectoryIndex, tokenizer: Path | None, title: str) -> Any:
             if e.error:
                 return not (env or task or outcome or low is not None or high is not None or retried)
             return ((not env or e.env == env) and (not task or task in e.task)
-                    and (not outcome or e.outcome == outcome or (outcome.endswith(":") and e.outcome.startswith(outcome)))
+                    and (not outcome or e.outcome == outcome
+                         or (outcome.endswith(":") and e.outcome.startswith(outcome)))
                     and (low is None or (e.reward is not None and e.reward >= low))
                     and (high is None or (e.reward is not None and e.reward <= high))
                     and (not retried or e.attempts > 1))
         rows = [e for e in index.entries if keep(e)]
-        keys = {"reward": lambda e: (e.reward is None, e.reward or 0.0), "-reward": lambda e: (e.reward is None, -(e.reward or 0.0)),
-                "seconds": lambda e: e.seconds or 0.0, "-seconds": lambda e: -(e.seconds or 0.0), "attempts": lambda e: -e.attempts}
+        keys = {"reward": lambda e: (e.reward is None, e.reward or 0.0),
+                "-reward": lambda e: (e.reward is None, -(e.reward or 0.0)),
+                "seconds": lambda e: e.seconds or 0.0, "-seconds": lambda e: -(e.seconds or 0.0),
+                "attempts": lambda e: -e.attempts}
         if sort in keys:
             rows.sort(key=keys[sort])
         pages = max(1, math.ceil(len(rows) / page_size))
@@ -315,7 +321,8 @@ def make_app(index: TrajectoryIndex, tokenizer: Path | None, title: str) -> Any:
             else:
                 turns.append({"kind": "runner", "text": tokens.text(seg["tokens"]), "n": len(seg["tokens"])})
         attempts = [{"outcome": str(a), "evidence": ev} for a, ev in
-                    zip(record.get("attempts") or [], (record.get("attempt_evidence") or []) + [None] * 64, strict=False)]
+                    zip(record.get("attempts") or [], (record.get("attempt_evidence") or []) + [None] * 64,
+                        strict=False)]
         prompt = tokens.text(record.get("prompt_token_ids") or [])
         neighbours = {"prev": n - 1 if n > 0 else None, "next": n + 1 if n + 1 < len(index.entries) else None}
         return templates.TemplateResponse(request, "trajectory.html", {

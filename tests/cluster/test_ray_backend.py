@@ -90,10 +90,11 @@ def _run_all(rollouts: RayRollouts, runtime: EnvRuntime, n: int, seconds: float,
              during: Any = None) -> list[Trajectory]:
     def one(k: int) -> Trajectory:
         def describe() -> Trajectory:
-            return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id="", seed=k, group_id="")
+            return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id="", seed=k,
+                              group_id="")
 
-        return rollouts.run(tool_episode, {"g": k, "i": 0, "seconds": seconds}, session=f"s{k}", cancel=threading.Event(),
-                            describe=describe)
+        return rollouts.run(tool_episode, {"g": k, "i": 0, "seconds": seconds}, session=f"s{k}",
+                            cancel=threading.Event(), describe=describe)
 
     with ThreadPoolExecutor(max_workers=n) as ex:
         futures = [ex.submit(one, k) for k in range(n)]
@@ -160,14 +161,16 @@ def test_a_killed_sandbox_host_fails_its_episodes_as_infra_and_they_are_retried_
 
 @pytest.mark.timeout(300)
 def test_a_node_without_the_image_is_a_clear_error(cluster: LocalRayCluster, runtime: EnvRuntime):
-    missing = EnvRuntime(runtime.env, build_result=dataclasses.replace(runtime.build, image_id="sha256:" + "0" * 64))  # no engine has it
+    # no engine has it
+    missing = EnvRuntime(runtime.env, build_result=dataclasses.replace(runtime.build, image_id="sha256:" + "0" * 64))
     with pytest.raises(UserError, match="not in the Docker engine of node") as e:
         RayRollouts(missing, [], address=cluster.address).start()
     assert "envkit build" in e.value.hint
 
 
 @pytest.mark.timeout(900)
-def test_a_container_environment_runs_on_the_cluster(cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory):
+def test_a_container_environment_runs_on_the_cluster(cluster: LocalRayCluster,
+                                                     tmp_path_factory: pytest.TempPathFactory):
     """Harbor tasks (one image per task, a fresh container per reset, tests/ and solution/
     copied in from the worker's side) through sandbox hosts on both nodes."""
     root = tmp_path_factory.mktemp("ray-harbor")
@@ -182,11 +185,11 @@ def test_a_container_environment_runs_on_the_cluster(cluster: LocalRayCluster, t
 
         def one(k: int) -> Trajectory:
             def describe() -> Trajectory:
-                return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=tasks[k], seed=k,
-                                  group_id="")
+                return Trajectory(env_ref=runtime.env.ref, image_digest=runtime.build.image_id, task_id=tasks[k],
+                                  seed=k, group_id="")
 
-            return rollouts.run(oracle_episode, {"task_id": tasks[k], "seed": k}, session=f"h{k}", cancel=threading.Event(),
-                                describe=describe)
+            return rollouts.run(oracle_episode, {"task_id": tasks[k], "seed": k}, session=f"h{k}",
+                                cancel=threading.Event(), describe=describe)
 
         with ThreadPoolExecutor(max_workers=4) as ex:
             trajs = list(ex.map(one, range(len(tasks))))
@@ -200,7 +203,8 @@ def test_a_container_environment_runs_on_the_cluster(cluster: LocalRayCluster, t
 
 
 @pytest.mark.timeout(300)
-def test_a_node_without_a_task_image_is_a_clear_error(cluster: LocalRayCluster, tmp_path_factory: pytest.TempPathFactory):
+def test_a_node_without_a_task_image_is_a_clear_error(cluster: LocalRayCluster,
+                                                      tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("ray-harbor-missing")
     write_harbor_tasks(root / "src")
     tag = find_base(connect()).tag

@@ -29,7 +29,8 @@ def test_validate_issuetracker_via_cli():
     report = json.loads(proc.stdout)
     assert report["ok"] and len(report["tasks"]) >= 15 and report["determinism"]["ok"]
     probes = report["probes"]  # the default set, played on every task: none beat any
-    assert probes["set"] == "quick" and probes["beaten"] == {} and {"off-origin", "disabled-tools"} <= set(probes["run"])
+    assert (probes["set"] == "quick" and probes["beaten"] == {}
+            and {"off-origin", "disabled-tools"} <= set(probes["run"]))
     assert probes["skipped"]["path-escape"] == "the environment offers no http tool"
 
 
@@ -40,7 +41,8 @@ def test_snapshot_lists_elements_with_ids_and_pagination_works(tracker):
         def act(self, episode):
             first = episode.browser({"action": "goto", "path": "/issues"})
             assert "page: Issues" in first and "Page 1 of" in first
-            nxt = next(line for line in first.splitlines() if line.endswith('"Next page" -> /issues?status=open&assignee=&label=&page=2'))
+            nxt = next(line for line in first.splitlines()
+                       if line.endswith('"Next page" -> /issues?status=open&assignee=&label=&page=2'))
             element_id = nxt.split("]")[0].strip("[")
             second = episode.browser({"action": "click", "id": int(element_id)})
             assert "Page 2 of" in second

@@ -56,8 +56,9 @@ def test_sigterm_ends_a_run_and_removes_its_sandbox(pyfix_runtime, client):
     sandbox is removed and the exit status says which signal (128 + 15)."""
     label = {"label": "org.envkit.sandbox=1"}
     before = {c.id for c in client.containers.list(all=True, filters=label)}
-    proc = subprocess.Popen([sys.executable, "-m", "envkit.cli.app", "run", "environments/pyfix", "--task", "fix-median",
-                             "--agent", "shell:sleep 45"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "envkit.cli.app", "run", "environments/pyfix", "--task",
+                             "fix-median", "--agent", "shell:sleep 45"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     running: list = []  # the run's sandbox, once the agent's command runs in it
     try:
         deadline = time.monotonic() + 60
@@ -164,7 +165,8 @@ def test_reset_restores_state_exactly(pyfix_runtime):
     sb = pyfix_runtime.backend.create()
     try:
         clean = sb.reset(3)
-        sb.exec("rm -rf kit && echo x > new.txt && mkdir -p locked/deep && chmod 000 locked && git commit -qam wip || true")
+        sb.exec("rm -rf kit && echo x > new.txt && mkdir -p locked/deep && chmod 000 locked "
+                "&& git commit -qam wip || true")
         sb.exec("sleep 100 &", timeout_s=2)
         again = sb.reset(3)
         assert again.state_hash == clean.state_hash and again.commit == clean.commit
@@ -199,12 +201,14 @@ def test_validate_fails_when_an_oracle_is_wrong(pyfix_copy):
 
 
 def test_validate_fails_when_the_verifier_prints_no_reward_on_the_seeded_state(pyfix_copy):
-    edit_spec(pyfix_copy, 'command = "python3 /opt/envkit/pytest_verifier.py --tests /env/verify/tests"', 'command = "echo done"')
+    edit_spec(pyfix_copy, 'command = "python3 /opt/envkit/pytest_verifier.py --tests /env/verify/tests"',
+              'command = "echo done"')
     proc = envkit("validate", str(pyfix_copy), "--task", "fix-median", "--probes", "none", "--json")
     assert proc.returncode == 1
     [task] = json.loads(proc.stdout)["tasks"]
     assert task["null_outcome"] == task["oracle_outcome"] == "verifier_failure:bad_output"
-    assert any("null: reward None (verifier_failure:bad_output)" in p and "seeded state" in p for p in task["problems"]), task
+    assert any("null: reward None (verifier_failure:bad_output)" in p and "seeded state" in p
+               for p in task["problems"]), task
 
 
 @pytest.mark.slow

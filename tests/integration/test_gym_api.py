@@ -92,5 +92,6 @@ def test_a_command_too_long_to_start_is_the_models_failure_not_infra():
     with envkit.make(str(ROOT / "environments" / "pyfix")) as env:
         env.reset(seed=0)
         obs, reward, terminated, truncated, info = env.step("echo " + "x" * 200_000)  # past one exec argument's 128 KiB
-        assert (terminated, truncated, reward) == (True, False, 0.0) and info["outcome"] == "model_failure:command_too_long"
+        assert ((terminated, truncated, reward) == (True, False, 0.0)
+                and info["outcome"] == "model_failure:command_too_long")
         assert "at most 100000" in obs

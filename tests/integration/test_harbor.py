@@ -27,7 +27,8 @@ def base_map_args(client: Any) -> list[str]:
 
 
 def import_tasks(client: Any, src: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return envkit("import", "harbor", str(src), "--out", str(out), "--name", "harbor/testset", *base_map_args(client), "--json")
+    return envkit("import", "harbor", str(src), "--out", str(out), "--name", "harbor/testset", *base_map_args(client),
+                  "--json")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,8 @@ def test_import_maps_fields_and_lists_what_it_cannot(imported):
     assert (hello.container.agent_timeout_s, hello.container.verifier_timeout_s) == (120.0, 60.0)
     assert set(rows["hello-file"]["carried"]) == {"metadata.category", "metadata.tags"}
     sums = env.task("sum-numbers").container
-    assert sums is not None and (sums.cpus, sums.memory_mb, sums.network, sums.build_timeout_s) == (1.0, 512, "none", 300.0)
+    assert (sums is not None
+            and (sums.cpus, sums.memory_mb, sums.network, sums.build_timeout_s) == (1.0, 512, "none", 300.0))
     assert env.task("verifier-env").container.verifier_env == {"EXPECTED": "42"}  # type: ignore[union-attr]
     assert env.task("as-agent-user").container.agent_user == "agent"  # type: ignore[union-attr]
     assert env.task("prebuilt-image").container.image == "alpine:3.20"  # type: ignore[union-attr]
@@ -126,7 +128,8 @@ def test_rewards_json_with_several_keys(runtime):
     task = runtime.env.task("multi-reward")
     partial = run_episode(runtime, task, 0, ShellAgent("""echo '{"total": 10}' > /app/report.json"""))
     assert partial.outcome == "ok" and partial.reward == 0.5
-    assert partial.verifier["rewards"] == {"correctness": 1.0, "shape": 0.0} and partial.verifier["reward_file"] == "reward.json"
+    assert (partial.verifier["rewards"] == {"correctness": 1.0, "shape": 0.0}
+            and partial.verifier["reward_file"] == "reward.json")
     full = run_episode(runtime, task, 0, OracleAgent())
     assert full.reward == 1.0 and full.verifier["rewards"] == {"correctness": 1.0, "shape": 1.0}
 
@@ -141,16 +144,20 @@ def test_each_episode_gets_a_fresh_container_of_its_task(runtime):
     sandbox = runtime.backend.create()
     try:
         first = run_episode(runtime, runtime.env.task("hello-file"), 0, OracleAgent(), sandbox)
-        again = run_episode(runtime, runtime.env.task("hello-file"), 0, NullAgent(), sandbox)  # the oracle's file is gone
-        other = run_episode(runtime, runtime.env.task("sum-numbers"), 0, ShellAgent("cat /app/data.txt | wc -l"), sandbox)
+        # the oracle's file is gone
+        again = run_episode(runtime, runtime.env.task("hello-file"), 0, NullAgent(), sandbox)
+        other = run_episode(runtime, runtime.env.task("sum-numbers"), 0, ShellAgent("cat /app/data.txt | wc -l"),
+                            sandbox)
     finally:
         sandbox.destroy()
     assert (first.reward, again.reward) == (1.0, 0.0) and first.state_hash == again.state_hash
     assert other.steps[0].stdout.strip() == "100" and other.state_hash != first.state_hash
     # the agent never sees the tests or the solution: they are copied in after (tests) or only for the oracle
-    peek = run_episode(runtime, runtime.env.task("verifier-env"), 0, ShellAgent("ls /tests /solution; env | grep EXPECTED"))
+    peek = run_episode(runtime, runtime.env.task("verifier-env"), 0,
+                       ShellAgent("ls /tests /solution; env | grep EXPECTED"))
     assert "No such file" in peek.steps[0].stderr and "EXPECTED" not in peek.steps[0].stdout
-    assert run_episode(runtime, runtime.env.task("as-agent-user"), 0, ShellAgent("id -u")).steps[0].stdout.strip() == "1000"
+    assert run_episode(runtime, runtime.env.task("as-agent-user"), 0,
+                       ShellAgent("id -u")).steps[0].stdout.strip() == "1000"
 
 
 def test_import_refuses_bad_input_clearly_and_writes_nothing(client, tmp_path):
@@ -163,8 +170,10 @@ def test_import_refuses_bad_input_clearly_and_writes_nothing(client, tmp_path):
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "keep.txt").write_text("mine")
     proc = envkit("import", "harbor", str(src / "multi-reward"), "--out", str(tmp_path / "busy"))
-    assert proc.returncode == 2 and "not empty" in proc.stderr and (tmp_path / "busy" / "keep.txt").read_text() == "mine"
-    proc = envkit("import", "harbor", str(src / "multi-reward"), "--out", str(tmp_path / "o2"), "--base-map", "nonsense")
+    assert (proc.returncode == 2 and "not empty" in proc.stderr
+            and (tmp_path / "busy" / "keep.txt").read_text() == "mine")
+    proc = envkit("import", "harbor", str(src / "multi-reward"), "--out", str(tmp_path / "o2"), "--base-map",
+                  "nonsense")
     assert proc.returncode == 2 and "FROM=LOCAL" in proc.stderr
     proc = envkit("import", "harbor", str(tmp_path / "busy"), "--out", str(tmp_path / "o3"))
     assert proc.returncode == 2 and "holds no Harbor task" in proc.stderr
@@ -184,7 +193,8 @@ def test_import_export_import_is_stable(client, imported, tmp_path):
     assert proc.returncode == 0, proc.stderr
     names = json.loads(proc.stdout)["tasks"]
     assert "Fix_Calc" in names and len(names) == 10  # the original folder names come back
-    assert (tmp_path / "exported" / "hello-file" / "environment" / "Dockerfile").read_text().startswith("FROM python:3.12-slim")
+    assert (tmp_path / "exported" / "hello-file" / "environment" / "Dockerfile").read_text().startswith(
+        "FROM python:3.12-slim")
     assert import_tasks(client, tmp_path / "exported", tmp_path / "again").returncode == 0
     assert (tmp_path / "again" / "tasks.jsonl").read_text() == (env_dir / "tasks.jsonl").read_text()
     assert envkit("export", "harbor", str(tmp_path / "again"), "--out", str(tmp_path / "exported2")).returncode == 0
@@ -197,11 +207,13 @@ def test_import_export_import_is_stable(client, imported, tmp_path):
 def test_a_repo_environment_exports_to_harbor_and_comes_back_valid(client, tmp_path):
     """pyfix -> Harbor folders -> envkit again: every oracle still reaches 1.0 and the null agent 0.0,
     from the same seeded commit; and a second round gives the same tasks."""
-    assert envkit("export", "harbor", str(ROOT / "environments" / "pyfix"), "--out", str(tmp_path / "h1")).returncode == 0
+    assert envkit("export", "harbor", str(ROOT / "environments" / "pyfix"), "--out",
+                  str(tmp_path / "h1")).returncode == 0
     folder = tmp_path / "h1" / "fix-median"
     assert (folder / "tests" / "test.sh").is_file() and (folder / "solution" / "solve.sh").is_file()
     assert "FROM envkit/base" in (folder / "environment" / "Dockerfile").read_text()
-    proc = envkit("import", "harbor", str(tmp_path / "h1"), "--out", str(tmp_path / "e1"), "--name", "envkit/pyfix-harbor", "--json")
+    proc = envkit("import", "harbor", str(tmp_path / "h1"), "--out", str(tmp_path / "e1"), "--name",
+                  "envkit/pyfix-harbor", "--json")
     assert proc.returncode == 0, proc.stderr
     runtime = EnvRuntime(load_environment(tmp_path / "e1"), client=client)
     runtime.backend.labels.update(TEST_LABEL)
@@ -229,7 +241,8 @@ def test_check_env_passes_on_the_imported_environment(runtime):
 
 # -- the command channel in a task's own image (helper.py on the Python carried in by a volume)
 
-_KILL_CHANNEL = "for p in /proc/[0-9]*; do grep -q 'rt/v/helper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; sleep 5"
+_KILL_CHANNEL = ("for p in /proc/[0-9]*; do grep -q 'rt/v/helper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; "
+                 "done; sleep 5")
 
 
 def test_a_task_image_without_envkit_gets_the_command_channel_and_a_non_root_agent_cannot_reach_it(runtime):

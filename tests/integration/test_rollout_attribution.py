@@ -103,17 +103,20 @@ def test_a_solving_policy_gets_reward_and_aligned_tokens(pyfix_runtime, tokenize
 )
 def test_model_failures_keep_their_reward(pyfix_copy, client, tokenizer, turns, outcome):
     spec = pyfix_copy / "envkit.toml"
-    spec.write_text(spec.read_text().replace("command_timeout_s = 60", "command_timeout_s = 2").replace("memory_mb = 512", "memory_mb = 128"))
+    spec.write_text(spec.read_text().replace("command_timeout_s = 60", "command_timeout_s = 2")
+                    .replace("memory_mb = 512", "memory_mb = 128"))
     [t] = run(runtime_for(pyfix_copy, client), tokenizer, scripted_policy(tokenizer, turns))
     assert t.outcome == outcome and t.reward == 0.0 and not t.excluded and t.retries == 0
 
 
 def test_turn_and_token_limits(pyfix_copy, client, tokenizer):
     spec = pyfix_copy / "envkit.toml"
-    spec.write_text(spec.read_text().replace('network = "none"', 'network = "none"\nmax_turns = 3\nmax_generated_tokens = 5000'))
+    spec.write_text(spec.read_text().replace('network = "none"',
+                                             'network = "none"\nmax_turns = 3\nmax_generated_tokens = 5000'))
     [t] = run(runtime_for(pyfix_copy, client), tokenizer, scripted_policy(tokenizer, always=bash("echo again")))
     assert t.outcome == "model_failure:turn_limit" and t.turns == 3 and t.reward == 0.0
-    spec.write_text(spec.read_text().replace("max_turns = 3", "max_turns = 50").replace("max_generated_tokens = 5000", "max_generated_tokens = 40"))
+    spec.write_text(spec.read_text().replace("max_turns = 3", "max_turns = 50")
+                    .replace("max_generated_tokens = 5000", "max_generated_tokens = 40"))
     [t] = run(runtime_for(pyfix_copy, client), tokenizer, scripted_policy(tokenizer, always=bash("echo again")))
     assert t.outcome == "model_failure:token_limit" and t.reward == 0.0
 
@@ -145,7 +148,8 @@ def test_exhausted_retries_exclude_with_reason_and_group_rule(pyfix_runtime, tok
     real = pyfix_runtime.backend
     pyfix_runtime.backend = FlakyBackend(real, fail=3)  # the first episode's three attempts fail
     try:
-        episodes = [EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g"), EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g")]
+        episodes = [EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g"),
+                    EpisodeSpec(pyfix_runtime.env.task("fix-median"), 0, "g")]
         trajs = collect(local(pyfix_runtime, scripted_policy(tokenizer, [bash(FIX), "done"]), tokenizer), episodes,
                         sampling=SamplingParams(), concurrency=1)
     finally:
@@ -158,7 +162,8 @@ def test_exhausted_retries_exclude_with_reason_and_group_rule(pyfix_runtime, tok
 
 def test_inference_server_down_is_infra_and_excluded(pyfix_runtime, tokenizer):
     [t] = run(pyfix_runtime, tokenizer, scripted_policy(tokenizer, status=503), max_retries=1)
-    assert t.excluded and t.outcome == "infra_failure:inference_unavailable" and t.attempts == ["infra_failure:inference_unavailable"] * 2
+    assert (t.excluded and t.outcome == "infra_failure:inference_unavailable"
+            and t.attempts == ["infra_failure:inference_unavailable"] * 2)
 
 
 def test_group_rule_keeps_groups_with_enough_members():
@@ -170,8 +175,8 @@ def test_group_rule_keeps_groups_with_enough_members():
 
 def test_summary_counts_every_trajectory_once(pyfix_runtime, tokenizer):
     episodes = plan(pyfix_runtime, 6, group_size=2)
-    trajs = collect(local(pyfix_runtime, scripted_policy(tokenizer, ["done"]), tokenizer), episodes, sampling=SamplingParams(),
-                    concurrency=3)
+    trajs = collect(local(pyfix_runtime, scripted_policy(tokenizer, ["done"]), tokenizer), episodes,
+                    sampling=SamplingParams(), concurrency=3)
     assert [(t.task_id, t.seed) for t in trajs] == [(e.task.id, e.seed) for e in episodes]
     s = summarize(trajs, wall_s=1.0)
     assert s["episodes"] == 6 and s["outcomes"] == {"ok": 6} and s["excluded"] == 0 and s["mean_reward"] == 0.0

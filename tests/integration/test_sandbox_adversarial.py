@@ -152,7 +152,8 @@ def test_network_egress_is_impossible(sandbox, neighbour):
     assert r.stdout.split("interfaces")[-1].split() == ["lo"]  # loopback is the only interface
     # ... and it works, by name too (the engine writes no /etc/hosts for a sandbox without a network)
     loop = sandbox.exec("python3 -c \"import socket; s = socket.socket(); s.bind(('localhost', 0)); s.listen(); "
-                        "socket.create_connection(('localhost', s.getsockname()[1]), timeout=2); print('loopback ok')\"")
+                        "socket.create_connection(('localhost', s.getsockname()[1]), timeout=2); "
+                        "print('loopback ok')\"")
     assert loop.stdout == "loopback ok\n", loop
     neighbour_ok(neighbour)
 
@@ -227,7 +228,8 @@ def test_the_agent_cannot_reach_the_command_channel(sandbox):
     attacks = [f"kill -9 {pid}", f"kill -STOP {pid}", f"cat /proc/{pid}/fd/0",
                f"echo '{{\"stdout\": 1}}' > /proc/{pid}/fd/1",
                f"python3 -c 'import ctypes, sys; sys.exit(ctypes.CDLL(None).ptrace(16, {pid}, 0, 0) != 0)'"]
-    if sandbox.limits.runtime == "runc":  # gVisor lets any user list another's fds and read its environ (docs: Sandboxes)
+    # gVisor lets any user list another's fds and read its environ (docs: Sandboxes)
+    if sandbox.limits.runtime == "runc":
         attacks += [f"ls /proc/{pid}/fd", f"cat /proc/{pid}/environ"]
     for attack in attacks:
         r = sandbox.exec(attack)  # PTRACE_ATTACH included

@@ -40,8 +40,8 @@ def served(client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
     port = free_port()
     log = open(root / "serve.log", "w")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "envkit.cli.app", "serve", str(root / "env"), "--port", str(port),
-                             "--max-sessions", "3", "--idle-timeout", str(IDLE_S)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ))
+                             "--max-sessions", "3", "--idle-timeout", str(IDLE_S)], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):

@@ -131,7 +131,8 @@ def test_guards_zero_the_reward_on_collateral_damage(desk):
 def test_service_that_crashes_is_infra_with_its_log(desk_copy, client):
     spec = desk_copy / "envkit.toml"
     spec.write_text(spec.read_text().replace('command = "python3 server.py"',
-                                             'command = "python3 -c \'import sys; print(\\"boom: no config\\"); sys.exit(3)\'"'))
+                                             'command = "python3 -c \'import sys; '
+                                             'print(\\"boom: no config\\"); sys.exit(3)\'"'))
     rt = runtime_for(desk_copy, client)
     result = run_episode(rt, rt.env.task("lookup-tier"), 0, OracleAgent())
     assert result.outcome == "infra_failure:service_unhealthy"

@@ -38,7 +38,8 @@ def test_the_fixture_project_becomes_an_environment_that_validates(minicalc_env:
     assert env.spec.image.python_lock == "python.lock" and env.spec.state.repo.python_path == "src"  # type: ignore[union-attr]
     provenance = json.loads((minicalc_env / "provenance.json").read_text())
     assert provenance["source"]["kind"] == "folder" and provenance["source"]["digest"].startswith("sha256:")
-    assert provenance["config_changes"] == ["pyproject.toml addopts: '--cov=minicalc --cov-report=term-missing -ra' -> '-ra'"]
+    assert provenance["config_changes"] == [
+        "pyproject.toml addopts: '--cov=minicalc --cov-report=term-missing -ra' -> '-ra'"]
     assert provenance["candidates"]["tried"] == len(provenance["drops"]) + provenance["candidates"]["kept"]
     assert all(d["reason"] for d in provenance["drops"])
     for task in env.tasks:
@@ -72,7 +73,8 @@ def test_the_fix_is_nowhere_the_agent_can_read(minicalc_env: Path, client, tmp_p
     needle = pristine[0]
     search = (f"grep -rIlF -e {json.dumps(needle)} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null | head; "
               "echo ---; ls /seed/repo /seed/patches 2>&1 | head -3; git -C /workspace log --all --oneline | wc -l; "
-              "find / -xdev \\( -name '*.pyc' -o -name '*.whl' -o -name '*.tar.gz' \\) -path '*minicalc*' 2>/dev/null | head -3")
+              "find / -xdev \\( -name '*.pyc' -o -name '*.whl' -o -name '*.tar.gz' \\) -path '*minicalc*' "
+              "2>/dev/null | head -3")
     result = run_episode(runtime, task, 0, ShellAgent(search))
     out = result.steps[0].stdout
     found, _, rest = out.partition("---\n")
@@ -85,7 +87,8 @@ def test_a_project_whose_tests_need_the_network_is_refused(tmp_path: Path):
     project = tmp_path / "netcalc"
     shutil.copytree(MINICALC, project)
     network = "import socket\n\n" + "".join(
-        f"def test_fetch_{i}():\n    socket.create_connection(('pypi.invalid', 443), timeout=2).close()\n\n" for i in range(30))
+        f"def test_fetch_{i}():\n    socket.create_connection(('pypi.invalid', 443), timeout=2).close()\n\n"
+        for i in range(30))
     (project / "tests" / "test_network.py").write_text(network)
     out = tmp_path / "out"
     assert_user_error(envkit("synth", str(project), "--out", str(out)), "reaching the network", "offline")
@@ -98,7 +101,8 @@ def test_a_real_sdist_becomes_an_environment_that_validates(tmp_path: Path):
     proc = envkit("synth", "pypi:isodate==0.7.2", "--out", str(out), "--max-tasks", "4", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     provenance = json.loads((out / "provenance.json").read_text())
-    assert provenance["source"]["digest"].startswith("sha256:") and provenance["source"]["origin"] == "isodate-0.7.2.tar.gz"
+    assert (provenance["source"]["digest"].startswith("sha256:")
+            and provenance["source"]["origin"] == "isodate-0.7.2.tar.gz")
     assert provenance["baseline"]["stable"] >= 200
     proc = envkit("validate", str(out), "--sample", "2", "--probes", "none", "--json")
     assert proc.returncode == 0, proc.stdout[-3000:]

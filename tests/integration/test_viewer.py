@@ -65,7 +65,8 @@ def _write_run(run: Path) -> None:
     folder.mkdir(parents=True)
     half = N // 2
     (folder / "step-00001.jsonl").write_text("\n".join(lines[:half]) + '\n{"some": "other program"}\n')
-    (folder / "step-00002.jsonl").write_text("\n".join(lines[half:]) + "\n" + lines[0][:200])  # cut off: the writer died
+    # cut off: the writer died
+    (folder / "step-00002.jsonl").write_text("\n".join(lines[half:]) + "\n" + lines[0][:200])
 
 
 def test_view_refuses_a_folder_without_trajectories(tmp_path):

@@ -40,8 +40,9 @@ def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     rows = out["rows"]
-    assert [r["policy"] for r in rows] == ["naive", "+ warm pool", "+ continuous admission", "+ over-provisioning, cutoff",
-                                          "+ session affinity", "+ partial groups (optimized)"]
+    assert [r["policy"] for r in rows] == ["naive", "+ warm pool", "+ continuous admission",
+                                          "+ over-provisioning, cutoff", "+ session affinity",
+                                          "+ partial groups (optimized)"]
     for r in rows:
         _holds_its_groups(r)
         assert r["retries"] <= 2, (r["policy"], r["retries"])  # an infra failure is retried, and shown; not more
@@ -87,8 +88,8 @@ def _holds_its_groups(r: dict) -> None:
 
 @pytest.mark.timeout(1200)
 def test_bench_rollout_on_a_local_ray_cluster_prints_the_same_table(tiny: Path):
-    args = ("bench", "rollout", "-n", "8", "--group-size", "4", "--concurrency", "4", "--batches", "1", "--replicas", "1",
-            "--time-scale", "0.05", "--policies", "naive,optimized", "--model", str(tiny), "--backend", "ray")
+    args = ("bench", "rollout", "-n", "8", "--group-size", "4", "--concurrency", "4", "--batches", "1", "--replicas",
+            "1", "--time-scale", "0.05", "--policies", "naive,optimized", "--model", str(tiny), "--backend", "ray")
     proc = _cli(*args, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -110,12 +111,14 @@ def test_bench_rollout_on_a_local_ray_cluster_prints_the_same_table(tiny: Path):
     # the default partition on this 2-core machine: the replica on core 0, every sandbox (on both Ray hosts) on core 1
     assert out["setup"]["partition"] == {"inference": "0", "sandboxes": "1", "replicas": ["0"], "how": "auto"}
     # the same keys as the local backend's rows
-    local_keys = {"policy", "ttb_s", "ttb_per_batch_s", "ideal_s", "ttb_over_ideal", "trajectory_s", "straggler_wait_share",
-                  "slot_idle_share", "inference_idle_share", "sandbox_utilisation", "sandboxes", "prefix_cache",
-                  "trajectories", "excluded", "retries", "outcomes", "exclusions", "placement", "aborted", "left_groups"}
+    local_keys = {"policy", "ttb_s", "ttb_per_batch_s", "ideal_s", "ttb_over_ideal", "trajectory_s",
+                  "straggler_wait_share", "slot_idle_share", "inference_idle_share", "sandbox_utilisation", "sandboxes",
+                  "prefix_cache", "trajectories", "excluded", "retries", "outcomes", "exclusions", "placement",
+                  "aborted", "left_groups"}
     assert local_keys <= set(rows[0])
     text = _table(out)
-    assert "ray backend" in text and "ideal bound" in text and "cores: inference 0 (replica 0: 0), sandboxes 1 (auto)" in text
+    assert ("ray backend" in text and "ideal bound" in text
+            and "cores: inference 0 (replica 0: 0), sandboxes 1 (auto)" in text)
 
 
 def test_bench_rollout_refuses_bad_input_before_starting_anything():

@@ -43,7 +43,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
     real_policy = PolicyClient(server.url, timeout=120)
     policy = chaos.wrap_policy(real_policy, tokenizer)
     episodes = plan(runtime, 64, group_size=4)
-    rollouts = LocalRollouts(runtime, Router([policy]), max_retries=2, extra=ChatFormat(tokenizer), policy_ready=server.healthy)
+    rollouts = LocalRollouts(runtime, Router([policy]), max_retries=2, extra=ChatFormat(tokenizer),
+                             policy_ready=server.healthy)
     trajs = collect(rollouts, episodes, sampling=SamplingParams(max_tokens=24), concurrency=4, on_attempt=chaos.begin)
     real_policy.close()
 
@@ -53,8 +54,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
     injected = {(i, a): f for i, a, f in chaos.ledger}
     kinds = Counter(f for f in injected.values())
     outage = "vllm_restart" in kinds  # an outage fails other in-flight episodes too: infra, and retried
-    assert all(kinds[f] >= 1 for f in ("kill_container", "docker_api", "verifier_crash", "model_timeout", "model_unparseable",
-                                       "model_hangs_verifier", "model_forges_reward")), kinds
+    assert all(kinds[f] >= 1 for f in ("kill_container", "docker_api", "verifier_crash", "model_timeout",
+                                       "model_unparseable", "model_hangs_verifier", "model_forges_reward")), kinds
 
     for (i, attempt), fault in injected.items():
         t = trajs[i]
@@ -64,9 +65,11 @@ def test_chaos_attribution(server, tiny, tmp_path):
         else:  # model faults keep their reward and are never taken for infra
             assert t.outcome == MODEL_FAULTS[fault], (i, fault, t.outcome, t.evidence)
             assert t.reward is not None and not t.excluded, (i, fault, t.attempts)
-            if fault in ("model_hangs_verifier", "model_forges_reward"):  # neither dodges nor forges: the seeded bugs earn 0
+            # neither dodges nor forges: the seeded bugs earn 0
+            if fault in ("model_hangs_verifier", "model_forges_reward"):
                 assert t.reward == 0.0, (i, fault, t.reward, t.evidence)
-            assert all(outage and a == "infra_failure:inference_unavailable" for a in t.attempts), (i, fault, t.attempts)
+            assert all(outage and a == "infra_failure:inference_unavailable"
+                       for a in t.attempts), (i, fault, t.attempts)
     # precision: no episode without an injected fault was attributed to infra, unless it was
     # caught in the inference outage a vllm_restart caused (which is infra too)
     for i, t in enumerate(trajs):
@@ -74,7 +77,8 @@ def test_chaos_attribution(server, tiny, tmp_path):
             for a in t.attempts:
                 assert outage and a == "infra_failure:inference_unavailable", (i, t.attempts)
         if t.outcome.category is FailureCategory.MODEL and (i, 0) not in injected:
-            assert t.outcome in ("model_failure:unparseable_action", "model_failure:turn_limit", "model_failure:token_limit")
+            assert t.outcome in ("model_failure:unparseable_action", "model_failure:turn_limit",
+                                 "model_failure:token_limit")
     summary = summarize(trajs, wall_s=1.0)
     assert summary["episodes"] == 64
     assert summary["excluded"] <= sum(1 for f in injected.values() if f == "vllm_restart") * 64

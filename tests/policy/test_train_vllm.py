@@ -128,14 +128,16 @@ def test_the_multi_turn_environment_learns(tmp_path: Path):
     assert run.eval is not None and run.eval["mean"] > 0.5, (run.eval, seen)
     assert run.eval["ci95"][0] > run.eval_before["ci95"][1], (run.eval_before["ci95"], run.eval["ci95"], seen)
     tok = AutoTokenizer.from_pretrained(model)
-    rewarded = [t for m in (1, recipe.steps) for t in read_jsonl(tmp_path / "run" / "trajectories" / f"step-{m:05d}.jsonl")
+    rewarded = [t for m in (1, recipe.steps)
+                for t in read_jsonl(tmp_path / "run" / "trajectories" / f"step-{m:05d}.jsonl")
                 if t.reward == 1.0]
     assert rewarded, seen
     for t in rewarded:
         assert t.turns >= 2, t.turns
         spans = [(m, [i for i, mm in zip(t.completion_token_ids, t.loss_mask, strict=True) if mm == m]) for m in (0, 1)]
         observed = tok.decode(spans[0][1])
-        assert "exit 0" in observed and "lookup" in tok.decode(spans[1][1]), observed  # the tool's output is not the model's
+        # the tool's output is not the model's
+        assert "exit 0" in observed and "lookup" in tok.decode(spans[1][1]), observed
         assert all(lp == 0.0 for lp, mm in zip(t.logprobs, t.loss_mask, strict=True) if mm == 0)
 
 
@@ -181,7 +183,8 @@ def test_a_tied_model_publishes_exactly(tmp_path: Path):
         policy.close()
     records = _short_run(tied, tmp_path / "run", "steps=2", "eval.episodes=0", "checkpoint_every=0")
     assert json.loads((tmp_path / "run" / "served-model" / "config.json").read_text())["tie_word_embeddings"] is False
-    assert all(m.mismatch.round_trip_ok and m.mismatch.max_abs is not None and m.mismatch.max_abs < 1e-4 for m in records)
+    assert all(m.mismatch.round_trip_ok and m.mismatch.max_abs is not None and m.mismatch.max_abs < 1e-4
+               for m in records)
 
 
 _cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
@@ -200,9 +203,9 @@ def _short_run(warm: Path, run_dir: Path, *overrides: str) -> list[StepMetrics]:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_eight_steps_then_report_and_doctor(warm: Path, served: Any, tmp_path: Path, mode: str):
     run_dir = tmp_path / mode
-    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", f"mode={mode}", "steps=8", "groups_per_step=2",
-                "group_size=4", "concurrency=4", "eval.episodes=8", "eval.before=false", "checkpoint_every=4",
-                f"policy_url={served.url}", "--json")
+    proc = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={run_dir}", f"mode={mode}", "steps=8",
+                "groups_per_step=2", "group_size=4", "concurrency=4", "eval.episodes=8", "eval.before=false",
+                "checkpoint_every=4", f"policy_url={served.url}", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -247,8 +250,8 @@ def test_eight_steps_then_report_and_doctor(warm: Path, served: Any, tmp_path: P
     assert all(c["status"] in ("ok", "warn", "fail") for c in checks), checks  # each one measured and graded
     assert out["doctor"] == checks
     sig = [m["signal"] for m in metrics]  # recorded every step: 2 groups of 4, actions parsed, entropy measured
-    assert all(s["groups"] == 2 and 0 <= s["groups_with_signal"] <= 2 and 0 <= s["valid_actions"] <= 1 and s["entropy"] > 0
-               for s in sig), sig
+    assert all(s["groups"] == 2 and 0 <= s["groups_with_signal"] <= 2 and 0 <= s["valid_actions"] <= 1
+               and s["entropy"] > 0 for s in sig), sig
     human = _cli("doctor", str(run_dir), timeout=300)
     assert "numerical alignment" in human.stdout and "Traceback" not in human.stderr
 
@@ -343,7 +346,8 @@ def test_in_flight_generation_is_kept_across_an_update(warm: Path, tmp_path: Pat
         trainer = Trainer(warm, TrainerConfig(lr=1e-3))
         trainer.train_step([Sample(prompt, [5, 6, 7], [1, 1, 1], [-6.0, -6.0, -6.0], advantage=1.0)])
         out: dict[str, object] = {}
-        worker = threading.Thread(target=lambda: out.update(gen=policy.generate(prompt, SamplingParams(max_tokens=3000, ignore_eos=True))))
+        worker = threading.Thread(target=lambda: out.update(
+            gen=policy.generate(prompt, SamplingParams(max_tokens=3000, ignore_eos=True))))
         worker.start()
         time.sleep(1.0)
         assert worker.is_alive(), "the generation ended before the update; the test needs a longer one"
@@ -370,9 +374,9 @@ def test_resume_continues_steps_versions_and_data(warm: Path, served: Any, tmp_p
     run_dir = tmp_path / "run"
     env = tmp_path / "shellcmd"  # a copy of the recipe's environment, changed below
     shutil.copytree(ROOT / "environments" / "shellcmd", env, ignore=shutil.ignore_patterns("envkit.lock"))
-    common = [f"model={warm}", f"run_dir={run_dir}", "groups_per_step=1", "group_size=2", "concurrency=2", "eval.episodes=0",
-              "eval.before=false", "steps=2", f"policy_url={served.url}", f"envs=[{{ref: {env}, tasks: [system-info]}}]",
-              "--json"]
+    common = [f"model={warm}", f"run_dir={run_dir}", "groups_per_step=1", "group_size=2", "concurrency=2",
+              "eval.episodes=0", "eval.before=false", "steps=2", f"policy_url={served.url}",
+              f"envs=[{{ref: {env}, tasks: [system-info]}}]", "--json"]
     first = _cli("train", str(RECIPE), *common, "checkpoint_every=1")
     assert first.returncode == 0, first.stderr[-3000:]
     lock = json.loads((run_dir / "envkit-run.lock").read_text())["environments"]

@@ -23,7 +23,8 @@ def make_pyfix_bundle(tmp_path: Path, *, name: str = "envkit/pyfix", version: st
         shutil.rmtree(folder)
     shutil.copytree(PYFIX, folder, ignore=shutil.ignore_patterns("envkit.lock"))
     spec = folder / "envkit.toml"
-    text = spec.read_text().replace('name = "envkit/pyfix"', f'name = "{name}"').replace('version = "1.0.0"', f'version = "{version}"')
+    text = spec.read_text().replace('name = "envkit/pyfix"', f'name = "{name}"').replace('version = "1.0.0"',
+                                                                                        f'version = "{version}"')
     if description is not None:
         text = text.replace('description = "Fix bugs', f'description = "{description} Fix bugs')
     spec.write_text(text)
@@ -44,7 +45,8 @@ def make_many_tasks_bundle(tmp_path: Path, count: int, *, name: str = "envkit/ma
     spec.write_text(spec.read_text().replace('name = "envkit/pyfix"', f'name = "{name}"'))
     base = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines() if line.strip()]
     lines = [json.dumps({**base[i % len(base)], "id": f"task-{i:04d}",
-                         "instruction": f"Task number {i}. " + base[i % len(base)]["instruction"]}) for i in range(count)]
+                         "instruction": f"Task number {i}. " + base[i % len(base)]["instruction"]})
+             for i in range(count)]
     (folder / "tasks.jsonl").write_text("\n".join(lines) + "\n")
     return make_bundle(load_environment(folder))
 

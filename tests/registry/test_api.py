@@ -87,9 +87,11 @@ def test_latest_yank_unyank_deprecate(registry, tmp_path):
         assert yanked["yanked"] and yanked["yank_reason"] == "broken verifier"  # still downloadable by version
         c.post("/environments/envkit/pyfix/versions/1.10.0/unyank").raise_for_status()
         assert c.get("/environments/envkit/pyfix/versions/latest").json()["version"] == "1.10.0"
-        dep = c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "envkit/pyfix@1.10.0"}).json()
+        dep = c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate",
+                     json={"successor": "envkit/pyfix@1.10.0"}).json()
         assert dep["deprecated"] and dep["successor"] == "envkit/pyfix@1.10.0"
-        assert_error(c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "nope"}), 422, "invalid")
+        assert_error(c.post("/environments/envkit/pyfix/versions/1.0.0/deprecate", json={"successor": "nope"}), 422,
+                     "invalid")
         versions = [v["version"] for v in c.get("/environments/envkit/pyfix").json()["versions"]]
         assert versions == ["2.0.0-rc.1", "1.10.0", "1.2.0", "1.0.0"]
 
@@ -139,7 +141,8 @@ def test_health_reports_are_aggregated(registry, tmp_path):
                           "oracle_pass_rate": 1.0, "p50_episode_s": 2.0, "p95_episode_s": 6.0}).raise_for_status()
     with registry.client(registry.other_token) as bob:  # any valid token may report
         r = bob.post(url, json={"episodes": 300, "infra_failures": {"sandbox_start": 1, "container_lost": 3},
-                                "model_failures": 30, "oracle_pass_rate": 0.5, "p50_episode_s": 4.0, "p95_episode_s": 10.0})
+                                "model_failures": 30, "oracle_pass_rate": 0.5, "p50_episode_s": 4.0,
+                                "p95_episode_s": 10.0})
         assert r.status_code == 201
         assert_error(bob.post(url, json={"episodes": 0}), 422, "invalid", "episodes")
     with registry.client() as anon:
@@ -161,13 +164,14 @@ def test_health_reports_carry_probe_results_and_the_newest_is_shown(registry, tm
         r = c.post(url, json={"episodes": 26, "probes": {**first, "set": "quick", "episodes": 156, "beaten": {}}})
         assert r.status_code == 201 and r.json()["probes"]["set"] == "quick" and r.json()["probes"]["beaten"] == {}
         c.post(url, json={"episodes": 26}).raise_for_status()  # a report without probes keeps the last results
-        for bad in ({**first, "set": "most"}, {**first, "beaten": {"Exit Zero!": ["t"]}}, {**first, "beaten": {"x": ["../t"]}},
-                    {**first, "extra": 1}, {**first, "tasks": -1}):
+        for bad in ({**first, "set": "most"}, {**first, "beaten": {"Exit Zero!": ["t"]}},
+                    {**first, "beaten": {"x": ["../t"]}}, {**first, "extra": 1}, {**first, "tasks": -1}):
             assert_error(c.post(url, json={"episodes": 1, "probes": bad}), 422, "invalid")
     with registry.client() as anon:
         h = anon.get("/environments/envkit/pyfix/versions/1.0.0").json()["health"]
     assert h["reports"] == 3 and h["probes"]["set"] == "quick" and h["probes"]["episodes"] == 156
-    assert h["probes"]["skipped"] == {"off-origin": "the environment offers no browser tool"} and h["probes"]["reported_at"]
+    assert (h["probes"]["skipped"] == {"off-origin": "the environment offers no browser tool"}
+            and h["probes"]["reported_at"])
 
 
 def test_errors_have_one_shape(registry):

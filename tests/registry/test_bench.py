@@ -4,7 +4,8 @@ from ..conftest import envkit
 
 
 def test_bench_registry_prints_both_databases():
-    proc = envkit("bench", "registry", "--envs", "3", "--requests", "60", "--concurrency", "4", "--bundle-mb", "2", "--json", timeout=600)
+    proc = envkit("bench", "registry", "--envs", "3", "--requests", "60", "--concurrency", "4", "--bundle-mb", "2",
+                  "--json", timeout=600)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     rows = {r["database"]: r for r in data["rows"]}

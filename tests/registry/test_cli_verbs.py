@@ -97,4 +97,5 @@ def test_token_create_list_revoke(registry, cli_env):
     bob_id = registry.other_token.split("_")[1]
     p = envkit("token", "revoke", bob_id, env=cli_env)
     assert p.returncode != 0 and "Traceback" not in p.stderr, p.stderr
-    assert envkit("token", "list", env={**cli_env, "ENVKIT_TOKEN": registry.other_token}).returncode == 0  # bob's still works
+    # bob's still works
+    assert envkit("token", "list", env={**cli_env, "ENVKIT_TOKEN": registry.other_token}).returncode == 0

@@ -59,7 +59,8 @@ def test_login_publish_search_pull_run(registry, cli_env, tmp_path):
     assert load_environment(result["folder"]).ref == "envkit/remote-pyfix@1.0.0"
 
     # run/validate accept registry refs: from a folder with no local environments at all.
-    run = envkit("run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json", cwd=tmp_path, env=env)
+    run = envkit("run", "envkit/remote-pyfix@1.0.0", "--task", "fix-median", "--agent", "oracle", "--json",
+                 cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0
     assert json.loads(run.stdout)["runtime"] == "gvisor"  # someone else's environment: gVisor by default
@@ -122,7 +123,8 @@ def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_
 
     write_harbor_tasks(tmp_path / "src")
     tag = find_base().tag
-    import_harbor([tmp_path / "src"], tmp_path / "env", name="envkit/harbor-shared", base_map=dict.fromkeys(UNPULLABLE, tag))
+    import_harbor([tmp_path / "src"], tmp_path / "env", name="envkit/harbor-shared",
+                  base_map=dict.fromkeys(UNPULLABLE, tag))
     refused = envkit("publish", str(tmp_path / "env"), "--oci", "127.0.0.1:1", env=cli_env)
     assert refused.returncode == 2 and "one image per task" in refused.stderr
     pub = envkit("publish", str(tmp_path / "env"), "--json", env=cli_env)
@@ -133,8 +135,10 @@ def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_
     pulled = envkit("pull", "envkit/harbor-shared@1.0.0", "--json", env=cli_env)
     assert pulled.returncode == 0, pulled.stderr
     result = json.loads(pulled.stdout)
-    assert result["source"].startswith("rebuilt from Dockerfiles") and result["bundle_digest"] == published["bundle_digest"]
-    run = envkit("run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
+    assert (result["source"].startswith("rebuilt from Dockerfiles")
+            and result["bundle_digest"] == published["bundle_digest"])
+    run = envkit("run", "envkit/harbor-shared@1.0.0", "--task", "multi-reward", "--agent", "oracle", "--json",
+                 cwd=tmp_path, env=cli_env)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["reward"] == 1.0 and json.loads(run.stdout)["runtime"] == "gvisor"
 
@@ -143,7 +147,8 @@ def synthesized_copy(tmp_path: Path, count: int) -> Path:
     """environments/isodate (envkit synth's) grown to ``count`` tasks: its tasks repeated under
     new ids, each with its own patch and fix files."""
     folder = tmp_path / f"iso-{count}"
-    shutil.copytree(ROOT / "environments" / "isodate", folder, ignore=shutil.ignore_patterns("envkit.lock", "validation.json"))
+    shutil.copytree(ROOT / "environments" / "isodate", folder,
+                    ignore=shutil.ignore_patterns("envkit.lock", "validation.json"))
     spec = folder / "envkit.toml"
     spec.write_text(spec.read_text().replace('name = "synth/isodate"', 'name = "envkit/iso-many"'))
     base = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines()]
@@ -152,7 +157,8 @@ def synthesized_copy(tmp_path: Path, count: int) -> Path:
         task, new_id = base[i % len(base)], f"{i:04d}-{base[i % len(base)]['id'][5:]}"[:64]
         for key, folder_name in (("patch", "bugs"), ("oracle", "fixes")):
             shutil.copyfile(folder / task[key], folder / folder_name / f"{new_id}.diff")
-        lines.append(json.dumps({**task, "id": new_id, "patch": f"bugs/{new_id}.diff", "oracle": f"fixes/{new_id}.diff"}))
+        lines.append(json.dumps({**task, "id": new_id, "patch": f"bugs/{new_id}.diff",
+                                 "oracle": f"fixes/{new_id}.diff"}))
     for old in base:
         if old["id"] not in {json.loads(line)["id"] for line in lines}:
             (folder / old["patch"]).unlink()
@@ -179,7 +185,8 @@ def test_publish_and_pull_a_synthesized_environment_of_500_tasks(registry, cli_e
     env = load_environment(result["folder"])
     assert len(env.tasks) == 500
     task = env.tasks[499].id
-    run = envkit("run", "envkit/iso-many@0.7.2", "--task", task, "--agent", "oracle", "--json", cwd=tmp_path, env=cli_env)
+    run = envkit("run", "envkit/iso-many@0.7.2", "--task", task, "--agent", "oracle", "--json", cwd=tmp_path,
+                 env=cli_env)
     assert run.returncode == 0, run.stderr
     done = json.loads(run.stdout)
     assert done["reward"] == 1.0 and done["runtime"] == "gvisor"  # a pulled environment: under gVisor by default

@@ -21,13 +21,14 @@ CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the contract is the schema's: one database (44 s) suffices
+# the contract is the schema's: one database (44 s) suffices
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_api_keeps_its_contract(registry, tmp_path):
     with registry.client(registry.token) as c:  # some data, so reads and the stateful phase find something
         assert put(c, make_pyfix_bundle(tmp_path)).status_code == 201
     proc = subprocess.run(
-        [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", f"{registry.url}/api/v1/openapi.json", "--checks", "all",
-         "--max-examples", "60", "--seed", "20261204", "-H", f"Authorization: Bearer {registry.token}",
+        [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", f"{registry.url}/api/v1/openapi.json", "--checks",
+         "all", "--max-examples", "60", "--seed", "20261204", "-H", f"Authorization: Bearer {registry.token}",
          "--report", "junit", "--report-junit-path", str(tmp_path / "contract.xml")],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )

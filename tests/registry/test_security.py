@@ -37,7 +37,8 @@ def tar_with(*members: tuple[tarfile.TarInfo, bytes | None], spec: bytes | None 
     return buf.getvalue()
 
 
-def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x", link: str = "") -> tuple[tarfile.TarInfo, bytes | None]:
+def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x",
+           link: str = "") -> tuple[tarfile.TarInfo, bytes | None]:
     ti = tarfile.TarInfo(name)
     ti.type = kind
     ti.linkname = link
@@ -163,7 +164,8 @@ def test_server_killed_between_blob_write_and_commit(db_url, tmp_path):
     env = {**os.environ, "ENVKIT_REGISTRY_FAULTS": "publish.after_blob_write:60"}
     cmd = [sys.executable, "-m", "envkit.cli.app", "registry", "serve", "--db", db_url,
            "--storage", str(settings.storage_dir), "--port", str(port)]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
         _wait_up(base)

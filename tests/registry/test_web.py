@@ -19,16 +19,20 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
 def seeded(registry, tmp_path):
     with registry.client(registry.token) as c:
         for name, desc in [("alpha", "Sorting puzzles."), ("beta", "Parsing drills."), ("gamma", "More sorting work.")]:
-            assert put(c, make_pyfix_bundle(tmp_path, name=f"envkit/{name}", description=desc), name=name).status_code == 201
+            assert put(c, make_pyfix_bundle(tmp_path, name=f"envkit/{name}", description=desc),
+                       name=name).status_code == 201
         assert put(c, make_pyfix_bundle(tmp_path, name="envkit/alpha", version="1.1.0", description="Sorting puzzles."),
                    name="alpha", version="1.1.0").status_code == 201
-        c.post("/environments/envkit/alpha/versions/1.1.0/yank", json={"reason": "hidden tests leak"}).raise_for_status()
-        c.post("/environments/envkit/alpha/versions/1.0.0/deprecate", json={"successor": "envkit/alpha@1.2.0"}).raise_for_status()
+        c.post("/environments/envkit/alpha/versions/1.1.0/yank",
+               json={"reason": "hidden tests leak"}).raise_for_status()
+        c.post("/environments/envkit/alpha/versions/1.0.0/deprecate",
+               json={"successor": "envkit/alpha@1.2.0"}).raise_for_status()
         c.post("/environments/envkit/alpha/versions/1.0.0/health",
                json={"episodes": 64, "infra_failures": {"sandbox_start": 2}, "model_failures": 8,
                      "oracle_pass_rate": 1.0, "p50_episode_s": 3.2, "p95_episode_s": 9.5,
                      "probes": {"set": "quick", "tasks": 13, "episodes": 156, "beaten": {"exit-zero": ["fix-median"]},
-                                "skipped": {"off-origin": "the environment offers no browser tool"}}}).raise_for_status()
+                                "skipped": {
+                                    "off-origin": "the environment offers no browser tool"}}}).raise_for_status()
     return registry
 
 
@@ -89,11 +93,12 @@ def hub(registry, tmp_path):
     with registry.client(registry.token) as c, registry.client(registry.other_token) as bob:
         assert put(c, make_pyfix_bundle(tmp_path, name="envkit/alpha", readme=README), name="alpha").status_code == 201
         assert put(c, make_pyfix_bundle(tmp_path, name="envkit/beta"), name="beta").status_code == 201
-        assert put(c, make_pyfix_bundle(tmp_path, name="envkit/gamma", readme=b"\xff\xfe not utf-8"), name="gamma").status_code == 201
+        assert put(c, make_pyfix_bundle(tmp_path, name="envkit/gamma", readme=b"\xff\xfe not utf-8"),
+                   name="gamma").status_code == 201
         url = "/environments/envkit/alpha/versions/1.0.0/health"
         for i, (client, infra) in enumerate([(c, 4), (bob, 9), (c, 2), (c, 0)]):
-            body = {"episodes": 100, "infra_failures": {"sandbox_start": infra}, "verifier_failures": i, "model_failures": 10,
-                    "oracle_pass_rate": 0.9 + i / 40, "run": f"nightly-{i}"}
+            body = {"episodes": 100, "infra_failures": {"sandbox_start": infra}, "verifier_failures": i,
+                    "model_failures": 10, "oracle_pass_rate": 0.9 + i / 40, "run": f"nightly-{i}"}
             if i == 3:
                 body["probes"] = {"set": "quick", "tasks": 13, "episodes": 156, "beaten": {}, "skipped": {}}
             assert client.post(url, json=body).status_code == 201
@@ -141,7 +146,8 @@ def test_environment_pages_show_what_an_environment_is(hub, tmp_path):
             tasks = page.locator("#task-table tbody tr")
             expect(tasks).to_have_count(13)
             expect(page.locator("#task-table")).to_contain_text("fix-median")
-            assert "oracle/" not in page.locator("#task-table").inner_text() and "params" not in page.locator("#task-table").inner_text()
+            assert ("oracle/" not in page.locator("#task-table").inner_text()
+                    and "params" not in page.locator("#task-table").inner_text())
             files = page.locator("#file-table").inner_text()
             assert "README.md" in files and "repo/kit/stats.py" in files and "tasks.jsonl" not in files
             assert "oracle/" not in files and "verify/" not in files

@@ -317,7 +317,8 @@ def test_the_replay_runs_the_assembler_alone_on_the_workloads_drawn_durations():
     from rl_runner.batch.rollout_bench import replay_policy
 
     params = WorkloadParams()
-    rows = [replay_policy(p, trajectories=16, group_size=4, concurrency=8, batches=2, seed=3, params=params, scale=0.004)
+    rows = [replay_policy(p, trajectories=16, group_size=4, concurrency=8, batches=2, seed=3, params=params,
+                          scale=0.004)
             for p in (NAIVE, OPTIMIZED)]
     for r in rows:
         assert r["replay"] and len(r["ttb_per_batch_s"]) == 2

@@ -110,7 +110,8 @@ def test_bad_settings_fail_at_start_naming_what_to_change():
 
 def test_no_module_but_the_chat_format_names_a_special_token():
     special = re.compile(r"<\|im_(start|end)\|>|<\|endoftext\|>|</?tool_call>|</?tool_response>|<\|python_tag\|>")
-    offenders = [str(p.relative_to(ROOT)) for pkg in ("envkit", "rl_runner", "registry_server") for p in (ROOT / pkg).rglob("*.py")
+    offenders = [str(p.relative_to(ROOT)) for pkg in ("envkit", "rl_runner", "registry_server")
+                 for p in (ROOT / pkg).rglob("*.py")
                  if p != ROOT / "rl_runner" / "rollout" / "chat.py" and special.search(p.read_text())]
     assert offenders == []
 

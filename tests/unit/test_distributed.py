@@ -28,7 +28,8 @@ class _Backend:
 
 
 def _runtime() -> Any:
-    return SimpleNamespace(backend=_Backend(), env=SimpleNamespace(ref="t/e@1"), build=SimpleNamespace(image_id="sha256:x"))
+    return SimpleNamespace(backend=_Backend(), env=SimpleNamespace(ref="t/e@1"),
+                           build=SimpleNamespace(image_id="sha256:x"))
 
 
 def _describe() -> Trajectory:

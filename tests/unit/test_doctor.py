@@ -24,7 +24,8 @@ from rl_runner.metrics import StepMetrics
 
 
 def test_grade_boundaries_are_inclusive():
-    assert [grade(x, 1.0, 2.0) for x in (None, 0.0, 1.0, 1.0001, 2.0, 2.0001)] == ["n/a", "ok", "ok", "warn", "warn", "fail"]
+    assert [grade(x, 1.0, 2.0) for x in (None, 0.0, 1.0, 1.0001, 2.0, 2.0001)] == [
+        "n/a", "ok", "ok", "warn", "warn", "fail"]
 
 
 @pytest.mark.parametrize(("fn", "cases"), [
@@ -63,8 +64,10 @@ def _metrics(rows: list[dict]) -> list[StepMetrics]:
 
 
 def test_reliability_counts_first_attempts_that_a_retry_saved(tmp_path: Path):
-    rows = [{"envkit/pyfix@1.0.0 sha256:aaaa": {"episodes": 50, "infra_failures": 0, "retries": 2, "first_attempt_failures": 2}},
-            {"envkit/pyfix@1.0.0 sha256:aaaa": {"episodes": 50, "infra_failures": 0, "retries": 1, "first_attempt_failures": 1}}]
+    rows = [{"envkit/pyfix@1.0.0 sha256:aaaa": {"episodes": 50, "infra_failures": 0, "retries": 2,
+                                                "first_attempt_failures": 2}},
+            {"envkit/pyfix@1.0.0 sha256:aaaa": {"episodes": 50, "infra_failures": 0, "retries": 1,
+                                                "first_attempt_failures": 1}}]
     metrics = _metrics(rows)
     assert environment_reliability(metrics) == {"envkit/pyfix@1.0.0 sha256:aaaa": (100, 3)}
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m.to_dict()) + "\n" for m in metrics))
@@ -81,7 +84,8 @@ def _signal_run(tmp_path: Path, steps: list[tuple[int, float, float, float]]) ->
     """(groups with a signal of 8, mean reward, share of parsed actions, entropy) per step."""
     metrics = _metrics([{}] * len(steps))
     for m, (with_signal, reward, valid, entropy) in zip(metrics, steps, strict=True):
-        m.signal.groups, m.signal.groups_with_signal, m.signal.valid_actions, m.signal.entropy = 8, with_signal, valid, entropy
+        (m.signal.groups, m.signal.groups_with_signal, m.signal.valid_actions,
+         m.signal.entropy) = 8, with_signal, valid, entropy
         m.reward.mean = reward
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(m.to_dict()) + "\n" for m in metrics))
     return metrics
@@ -108,12 +112,15 @@ def test_learning_signal_causes():
     rose_and_fell = [0.06, 0.13, 0.39, 0.16, 0.01, 0.0, 0.01, 0.15, 0.37, 0.36, 0.51, 0.53, 0.49, 0.51, 0.1, 0.02]
     status, cause = grade_signal([0.5] * 16, rose_and_fell, [1.0] * 16, [0.5] * 16)
     assert status == "warn" and "rose to 0.53 (step 12) and fell back to 0.06" in cause and "trainer.lr" in cause
-    assert grade_signal([0.5] * 16, sorted(rose_and_fell), [1.0] * 16, [0.5] * 16) == ("ok", "")  # the same values rising
+    # the same values rising
+    assert grade_signal([0.5] * 16, sorted(rose_and_fell), [1.0] * 16, [0.5] * 16) == ("ok", "")
     # shellcmd at lr 3e-2 (30x the recipe's): nothing rewarded after step 1, the entropy from 0.62 to 3.6 per token
-    status, cause = grade_signal([0.02] + [0.0] * 7, [0.016] + [0.0] * 7, [1.0] * 8, [0.62, 1.5, 2.4, 3.0, 3.3, 3.5, 3.6, 3.6])
+    status, cause = grade_signal([0.02] + [0.0] * 7, [0.016] + [0.0] * 7, [1.0] * 8,
+                                 [0.62, 1.5, 2.4, 3.0, 3.3, 3.5, 3.6, 3.6])
     assert status == "fail" and "entropy rose from 0.62 to 3.60" in cause, cause
     # and with no gradient left for 5 steps it fails, with the same cause
-    assert grade_signal([0.5] * 4 + [0.0] * 5, [0.1, 0.4, 0.6, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0], [1.0] * 9, [0.5] * 9)[0] == "fail"
+    assert grade_signal([0.5] * 4 + [0.0] * 5, [0.1, 0.4, 0.6, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0],
+                        [1.0] * 9, [0.5] * 9)[0] == "fail"
     assert "rose to 0.60" in grade_signal([0.5] * 4 + [0.0] * 5, [0.1, 0.4, 0.6, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0],
                                           [1.0] * 9, [0.5] * 9)[1]
 

@@ -59,7 +59,8 @@ def test_only_exact_types_are_data():
     with pytest.raises(envkit_check.NotData):
         envkit_check.encode(Sneaky(0.0))
     refs: list[object] = []
-    wire = envkit_check.encode([1, Sneaky(0.0)], ref=lambda obj: refs.append(obj) or {"$ref": len(refs), "type": "Sneaky", "repr": ""})
+    wire = envkit_check.encode([1, Sneaky(0.0)],
+                               ref=lambda obj: refs.append(obj) or {"$ref": len(refs), "type": "Sneaky", "repr": ""})
     assert wire[1]["$ref"] == 1 and isinstance(refs[0], Sneaky)
 
 
@@ -208,8 +209,9 @@ def verify(tmp_path: Path, module: str, *, call_timeout: float = 10.0, hooks: bo
     (tests / "t.py").write_text(HIDDEN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVKIT_")}
     env.update(ENVKIT_WORKSPACE=str(ws), ENVKIT_TASK_ID="t")
-    proc = subprocess.run([sys.executable, str(INCONTAINER / "pytest_verifier.py"), "--tests", str(tests), "--call-timeout",
-                           f"{call_timeout:g}"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, str(INCONTAINER / "pytest_verifier.py"), "--tests", str(tests),
+                           "--call-timeout", f"{call_timeout:g}"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

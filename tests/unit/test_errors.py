@@ -21,7 +21,8 @@ from envkit.errors import (
 
 
 def test_all_is_complete_and_sorted():
-    public = {n for n, v in vars(errors).items() if not n.startswith("_") and getattr(v, "__module__", "") == errors.__name__}
+    public = {n for n, v in vars(errors).items()
+              if not n.startswith("_") and getattr(v, "__module__", "") == errors.__name__}
     assert set(errors.__all__) == public
     assert errors.__all__ == sorted(errors.__all__)
 
@@ -58,7 +59,8 @@ def test_parse_and_format_are_inverse(category, k):
 
 def test_a_label_is_its_string_on_disk_and_in_counters():
     label = parse_outcome("infra_failure:container_lost")
-    assert isinstance(label, str) and label == "infra_failure:container_lost" and hash(label) == hash("infra_failure:container_lost")
+    assert (isinstance(label, str) and label == "infra_failure:container_lost"
+            and hash(label) == hash("infra_failure:container_lost"))
     assert json.dumps({label: [label]}) == '{"infra_failure:container_lost": ["infra_failure:container_lost"]}'
     assert type(pickle.loads(pickle.dumps(label))) is OutcomeLabel  # crosses to Ray workers typed
     assert parse_outcome(label) is label

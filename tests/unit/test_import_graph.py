@@ -28,7 +28,8 @@ def _graph(mods: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in mods.items():
         tree = ast.parse(path.read_text())
-        type_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test)
+        type_only = {id(n) for top in ast.walk(tree)
+                     if isinstance(top, ast.If) and "TYPE_CHECKING" in ast.unparse(top.test)
                      for n in ast.walk(top)}
         for node in ast.walk(tree):
             if id(node) in type_only:

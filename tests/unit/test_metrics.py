@@ -46,13 +46,17 @@ def _run(tmp_path: Path) -> Path:
 
 def test_a_metrics_jsonl_written_before_the_typed_records_reads_back_typed(tmp_path: Path) -> None:
     first, second, late, old = read_metrics(_run(tmp_path))
-    assert (first.step, first.version, first.mode, first.ttb_s, first.wall_s, first.episodes) == (1, 1, "sync", 16.1266, 17.595, 64)
+    assert (first.step, first.version, first.mode, first.ttb_s, first.wall_s, first.episodes) == (
+        1, 1, "sync", 16.1266, 17.595, 64)
     assert first.batch.trajectory_s == TrajectoryTimes(p50=1.9891, p90=2.4289, p99=2.9542, max=2.9586)
-    assert (first.batch.replica_requests, first.batch.sandboxes_reused, first.batch.straggler_wait_share) == ([192], 179, 0.0647)
-    assert first.staleness.kl.p90 == 7.450580596923828e-09 and first.staleness.lag == {"0": 64} and first.staleness.kl_max is None
+    assert (first.batch.replica_requests, first.batch.sandboxes_reused, first.batch.straggler_wait_share) == (
+        [192], 179, 0.0647)
+    assert (first.staleness.kl.p90 == 7.450580596923828e-09 and first.staleness.lag == {"0": 64}
+            and first.staleness.kl_max is None)
     assert first.mismatch.round_trip_ok is True and first.mismatch.tokens == 8 and first.mismatch_batch.tokens == 357
     assert first.train.model_tokens == 357 and first.publish.served_versions == ["1"] and first.publish.total_s == 0.063
-    assert first.failures.by_env_version == {ENV: EnvVersionFailures(episodes=64, infra_failures=0, retries=0, first_attempt_failures=0)}
+    assert first.failures.by_env_version == {ENV: EnvVersionFailures(episodes=64, infra_failures=0, retries=0,
+                                                                     first_attempt_failures=0)}
     assert first.reward.by_env == {"envkit/shellcmd@1.0.0": 0.0} and first.outcomes == {"ok": 64}
     assert second.reward.mean == 0.0 and second.episode_s.n == 64
 
@@ -95,7 +99,8 @@ def test_a_missing_field_reads_as_none_and_report_and_doctor_still_run(tmp_path:
     assert r.staleness.lag == {"1": 3} and r.failures.by_env_version["e 1"] == EnvVersionFailures(episodes=5)
     summary = summarize_run([r], None)
     assert (summary["steps"], summary["version_lag_max"], summary["rejected_stale"]) == (1, 1, 0)
-    assert summary["ttb_s_p50"] is None and summary["mismatch_kl_range"] is None and summary["infra_failure_rate"] is None
+    assert (summary["ttb_s_p50"] is None and summary["mismatch_kl_range"] is None
+            and summary["infra_failure_rate"] is None)
     assert environment_reliability([r]) == {"e 1": (5, 0)}
     (tmp_path / "metrics.jsonl").write_text(json.dumps(line) + "\n")
     assert [c.status for c in run_checks(tmp_path)] == ["ok", "n/a", "n/a", "ok", "n/a", "n/a", "n/a"]
@@ -119,7 +124,8 @@ def test_report_and_doctor_find_the_numbers_they_found_before(tmp_path: Path) ->
     checks = {c.name: (c.measured, c.status) for c in run_checks(run)}
     assert checks == {
         "batch readiness": ("TTB p50 17.6 s, p90 19.8 s; trainer waited 97% of the time", "fail"),
-        "policy freshness": ("staleness KL p90 up to 0.0412 (bound 0.05), max lag 1; 148/372 samples (40%) refused as stale", "fail"),
+        "policy freshness": ("staleness KL p90 up to 0.0412 (bound 0.05), max lag 1; "
+                             "148/372 samples (40%) refused as stale", "fail"),
         "numerical alignment": ("KL 2.98e-09–4.66e-09, max |Δ log-prob| 1.55e-06", "ok"),
         "environment reliability": ("first attempts failed (infra or verifier, retried ones included) "
                                     f"{ENV}: 3/320 (0.9%)", "ok"),
@@ -154,7 +160,8 @@ def step() -> dict[str, Any]:
     usable = [trajs[0], trajs[1], trajs[2], trajs[4]]
     div = [{"kl": 0.01, "max_abs": 0.1, "tokens": 4}, {"kl": 0.02, "max_abs": 0.3, "tokens": 2},
            {"kl": 0.09, "max_abs": 0.9, "tokens": 5}, {"kl": 0.0, "max_abs": 0.0, "tokens": 3}]
-    refused = Refused(batches=1, samples=3, trajectories=[_traj("g9", None, "verifier_failure:verifier_crash", excluded=True)])
+    refused = Refused(batches=1, samples=3,
+                      trajectories=[_traj("g9", None, "verifier_failure:verifier_crash", excluded=True)])
     recipe = Recipe.model_validate({"model": "m", "envs": ["environments/shellcmd"], "mode": "async"})
     return {"trajs": trajs, "usable": usable, "div": div, "refused": refused, "recipe": recipe,
             "samples": [_sample(d["tokens"]) for d in div], "lags": [0, 0, 1, 0]}
@@ -187,32 +194,37 @@ def test_refused_batches_are_counted_kept_and_end_the_run_at_twenty(step: dict[s
 def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, Any]) -> None:
     first_line = json.loads(V0.read_text().splitlines()[0])
     batch = StepMetrics.from_dict(first_line).batch
-    pub = PublishResult(version="2", path="runs/x/weights/v000002", write_s=0.01, pause_s=0.02, reload_s=0.03, reset_cache_s=0.004,
-                        resume_s=0.005, total_s=0.069, served_version="2", served_versions=["2"])
+    pub = PublishResult(version="2", path="runs/x/weights/v000002", write_s=0.01, pause_s=0.02, reload_s=0.03,
+                        reset_cache_s=0.004, resume_s=0.005, total_s=0.069, served_version="2", served_versions=["2"])
     admitted = admit(step["usable"], step["div"], step["recipe"])
-    train = {"loss": 0.5, "grad_norm": 1.5, "model_tokens": 6, "train_s": 0.25, "is_weight_mean": 1.0, "is_raw_max": 1.1,
-             "is_clipped_frac": 0.0, "updated": True, "kl_ref": 0.02}
+    train = {"loss": 0.5, "grad_norm": 1.5, "model_tokens": 6, "train_s": 0.25, "is_weight_mean": 1.0,
+             "is_raw_max": 1.1, "is_clipped_frac": 0.0, "updated": True, "kl_ref": 0.02}
     step["trajs"][0].loss_mask = [1, 1, 0, 1]  # 3 generated tokens, 1 observation token
     step["trajs"][0].completion_token_ids = [5, 6, 7, 8]
     step["trajs"][0].logprobs = [-0.5, -1.0, -9.0, -1.5]  # the observation's token (mask 0) is not the model's
-    record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, step_s=4.0, trajs=step["trajs"],
-                         usable=step["usable"], env_refs=["ns/e@1.0.0"], batch=batch, trainable=2, refused=step["refused"],
-                         div=step["div"], lags=step["lags"], admitted=admitted, mismatch=Mismatch(), train=train, publish=pub)
+    record = step_record(step=2, version=2, recipe=step["recipe"], wall_s=12.34567, ttb_s=3.456789, step_s=4.0,
+                         trajs=step["trajs"], usable=step["usable"], env_refs=["ns/e@1.0.0"], batch=batch, trainable=2,
+                         refused=step["refused"], div=step["div"], lags=step["lags"], admitted=admitted,
+                         mismatch=Mismatch(), train=train, publish=pub)
     d = record.to_dict()
-    assert (d["step"], d["version"], d["mode"], d["wall_s"], d["ttb_s"], d["episodes"], d["trainable"]) == (2, 2, "async", 12.346, 3.4568, 5, 2)
+    assert (d["step"], d["version"], d["mode"], d["wall_s"], d["ttb_s"], d["episodes"], d["trainable"]) == (
+        2, 2, "async", 12.346, 3.4568, 5, 2)
     assert (d["refused_batches"], d["refused_episodes"]) == (1, 1)
     assert d["reward"] == {"mean": 0.625, "by_env": {"ns/e@1.0.0": 0.625}}
     assert d["episode_s"] == pytest.approx({"n": 5, "mean": 1.3, "p10": 0.2, "p50": 1.0, "p90": 2.6, "max": 3.0})
     assert d["outcomes"] == {"ok": 3, "model_failure:turn_limit": 1, "infra_failure:sandbox_start": 1}
     assert d["failures"] == {"infra": 2 / 6, "retried": 2 / 6, "model": 1 / 6, "verifier": 1 / 6, "by_env_version": {
-        "ns/e@1.0.0 sha256:abababababab": {"episodes": 6, "infra_failures": 1, "retries": 3, "first_attempt_failures": 3}}}
-    assert d["staleness"] == {"kl": pytest.approx({"n": 4, "mean": 0.03, "p10": 0.003, "p50": 0.015, "p90": 0.069, "max": 0.09}),
+        "ns/e@1.0.0 sha256:abababababab": {"episodes": 6, "infra_failures": 1, "retries": 3,
+                                           "first_attempt_failures": 3}}}
+    assert d["staleness"] == {"kl": pytest.approx({"n": 4, "mean": 0.03, "p10": 0.003, "p50": 0.015, "p90": 0.069,
+                                                   "max": 0.09}),
                               "lag": {"0": 3, "1": 1}, "admitted": 2, "rejected": 5, "kl_max": 0.05}
     # g0 (1, 0) and g1 (1, 0.5) both have a signal; nothing unparseable; -log p of the 3 model tokens
     assert d["signal"] == {"groups": 2, "groups_with_signal": 2, "valid_actions": 1.0, "entropy": 1.0}
     assert d["mismatch"] == {}  # no probe
     assert d["mismatch_batch"] == pytest.approx({"kl": 0.08 / 9, "max_abs": 0.3, "tokens": 9})
-    assert d["train"] == train and d["publish"] == pub.to_dict() and d["batch"] == first_line["batch"] | {"late_trajectories": None}
+    assert (d["train"] == train and d["publish"] == pub.to_dict()
+            and d["batch"] == first_line["batch"] | {"late_trajectories": None})
     # throughput over the step's 4 s: every episode of it, the refused batch's too
     assert d["throughput"] == {"step_s": 4.0, "generated_tokens": 3, "generated_tokens_per_s": 0.75, "trajectories": 6,
                                "trajectories_per_s": 1.5}
@@ -220,11 +232,13 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     def keys(node: Any, path: str = "") -> set[str]:  # dotted paths; data-keyed maps as `*`
         if not isinstance(node, dict):
             return {path}
-        return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}") for k, v in node.items()))
+        return set().union(*(keys(v, f"{path}.{'*' if path.rsplit('.', 1)[-1] in _MAPS else k}")
+                             for k, v in node.items()))
 
-    d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))  # a step with a probe, as line 1
-    assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())} | {".train.updated", ".train.kl_ref",
-                                                                                               ".batch.late_trajectories"}
+    # a step with a probe, as line 1
+    d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))
+    assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())}
+                                          | {".train.updated", ".train.kl_ref", ".batch.late_trajectories"}
                                           | {f".signal.{k}" for k in asdict(Signal())})  # added since
     assert keys(first_line) <= keys(d)
 

@@ -39,7 +39,8 @@ def test_a_beaten_probe_fails_the_task_in_the_table_and_the_figures():
 
     beaten = ProbeResult("exit-zero", "t1", 1.0, "ok", True, "reward 1 above the null agent's 0.0", 0.5)
     held = ProbeResult("always-equal", "t1", 0.0, "ok", False, "", 0.5)
-    task = TaskCheck("t1", "easy", 1.0, "ok", 0.0, "ok", 1.0, ["probe exit-zero beat it: reward 1"], [0.5, 0.5], [beaten, held])
+    task = TaskCheck("t1", "easy", 1.0, "ok", 0.0, "ok", 1.0, ["probe exit-zero beat it: reward 1"], [0.5, 0.5],
+                     [beaten, held])
     report = ValidationReport("ns/env@1.0.0", "sha256:" + "0" * 64, [task], {"ok": True, "seed": 0, "hashes": []}, 1.0,
                               probe_set="quick", probes_run=["exit-zero", "always-equal"],
                               probes_skipped={"off-origin": "the environment offers no browser tool"})
@@ -55,9 +56,11 @@ def test_a_beaten_probe_fails_the_task_in_the_table_and_the_figures():
 def test_the_health_figures_count_failures_by_who_caused_them():
     tasks = [TaskCheck("t1", "easy", None, "infra_failure:sandbox_start", None, "", 0.0, ["sandbox: down"]),
              TaskCheck("t2", "easy", 1.0, "ok", 0.0, "model_failure:command_timeout", 1.0, [], [0.5, 0.5]),
-             TaskCheck("t3", "easy", None, "verifier_failure:bad_output", None, "infra_failure:sandbox_start", 1.0, ["x"], [0.5, 0.5])]
+             TaskCheck("t3", "easy", None, "verifier_failure:bad_output", None, "infra_failure:sandbox_start", 1.0,
+                       ["x"], [0.5, 0.5])]
     report = ValidationReport("ns/env@1.0.0", "sha256:" + "0" * 64, tasks, {"ok": True, "seed": 0, "hashes": []}, 1.0)
     figures = report.health_figures()
     assert figures["episodes"] == 5 and figures["model_failures"] == 1
-    assert figures["infra_failures"] == {"sandbox_start": 2} and figures["verifier_failures"] == 1  # the verifier's apart
+    # the verifier's apart
+    assert figures["infra_failures"] == {"sandbox_start": 2} and figures["verifier_failures"] == 1
     assert figures["run"].startswith("envkit validate ns/env@1.0.0 at ")

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_bundled_recipe_loads_and_overrides_apply():
-    r = load_recipe(ROOT / "rl_runner/recipes/shellcmd.yaml", ["steps=5", "mode=async", "trainer.lr=3e-3", "async.kl_max=0.1"])
+    r = load_recipe(ROOT / "rl_runner/recipes/shellcmd.yaml",
+                    ["steps=5", "mode=async", "trainer.lr=3e-3", "async.kl_max=0.1"])
     assert (r.steps, r.mode, r.trainer.lr, r.async_.kl_max) == (5, "async", 3e-3, 0.1)
     assert r.envs[0].tasks == ["system-info"]
     assert r.batch_size == 64

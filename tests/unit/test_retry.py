@@ -26,7 +26,8 @@ def test_each_attempt_is_told_the_failures_before_it() -> None:
         return t
 
     t = run_attempts(attempt, max_retries=2, describe=_describe)
-    assert seen == [[], ["infra_failure:inference_unavailable"], ["infra_failure:inference_unavailable", "verifier_failure:verifier_crash"]]
+    assert seen == [[], ["infra_failure:inference_unavailable"],
+                    ["infra_failure:inference_unavailable", "verifier_failure:verifier_crash"]]
     assert t.reward == 1.0 and not t.excluded and t.retries == 2
     assert t.attempts == ["infra_failure:inference_unavailable", "verifier_failure:verifier_crash"]
 
@@ -43,7 +44,8 @@ def test_an_attempt_that_cannot_run_stops_the_retries() -> None:
     t = run_attempts(attempt, max_retries=5, describe=_describe)
     assert calls == [0, 1]
     assert t.excluded and t.outcome == "infra_failure:no_sandbox_host" and t.reward is None
-    assert t.exclude_reason == "infra_failure:no_sandbox_host after 1 attempts" and t.attempts == ["infra_failure:sandbox_host_lost"]
+    assert (t.exclude_reason == "infra_failure:no_sandbox_host after 1 attempts"
+            and t.attempts == ["infra_failure:sandbox_host_lost"])
     assert (t.task_id, t.seed, t.group_id) == ("t", 7, "g")
 
 

@@ -69,7 +69,8 @@ def test_gvisor_container_options():
     a, b = limit_options(runc), limit_options(gvisor)
     assert "runtime" not in a and a["pids_limit"] == 64 and a["mem_limit"] == "256m" and a["oom_score_adj"] == 500
     assert b["runtime"] == "runsc" and b["pids_limit"] == gvisor_host_pids(64) > 3 * 64
-    assert b["mem_limit"] == "384m" and "oom_score_adj" not in b  # the sentry's share; no adj the engine gives the sentry
+    # the sentry's share; no adj the engine gives the sentry
+    assert b["mem_limit"] == "384m" and "oom_score_adj" not in b
     assert guest_args(runc) == [] and guest_args(gvisor) == ["--agent-pids", "64"]
 
 

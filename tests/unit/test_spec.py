@@ -31,7 +31,8 @@ def test_every_problem_reported_at_once_with_path_and_fix(pyfix_copy: Path):
     text = text.replace("cpus = 1.0", "cpus = 1.0\ncpu = 2")
     spec.write_text(text)
     problems = _problems(pyfix_copy)
-    assert set(problems) == {"environment.version", "environment.kind", "limits.memory_mb", "limits.network", "limits.cpu"}
+    assert set(problems) == {"environment.version", "environment.kind", "limits.memory_mb", "limits.network",
+                             "limits.cpu"}
     assert "semantic version" in problems["environment.version"]
     assert "did you mean `cpus`?" in problems["limits.cpu"]
     assert '"none"' in problems["limits.network"]
@@ -115,12 +116,16 @@ def _with_task(pyfix_copy: Path, **fields: object) -> Path:
 
 # Every path field of the spec, and how to put a value into it (the field path the problem names).
 PATH_FIELDS = {
-    "image.files[2]": lambda env, bad: _with_spec(env, 'files = ["verify", "oracle"]', f'files = ["verify", "oracle", {json.dumps(bad)}]'),
-    "state.repo.path": lambda env, bad: _with_spec(env, 'repo = { path = "repo" }', f"repo = {{ path = {json.dumps(bad)} }}"),
+    "image.files[2]": lambda env, bad: _with_spec(env, 'files = ["verify", "oracle"]',
+                                                  f'files = ["verify", "oracle", {json.dumps(bad)}]'),
+    "state.repo.path": lambda env, bad: _with_spec(env, 'repo = { path = "repo" }',
+                                                   f"repo = {{ path = {json.dumps(bad)} }}"),
     "state.service.path": lambda env, bad: _with_spec(
-        env, 'repo = { path = "repo" }', f'repo = {{ path = "repo" }}\nservice = {{ path = {json.dumps(bad)}, command = "x", port = 8080 }}'),
+        env, 'repo = { path = "repo" }',
+        f'repo = {{ path = "repo" }}\nservice = {{ path = {json.dumps(bad)}, command = "x", port = 8080 }}'),
     "state.database.fixture": lambda env, bad: _with_spec(env, 'repo = { path = "repo" }',
-                                                          f'repo = {{ path = "repo" }}\ndatabase = {{ fixture = {json.dumps(bad)} }}'),
+                                                          'repo = { path = "repo" }\n'
+                                                          f'database = {{ fixture = {json.dumps(bad)} }}'),
     "tasks.file": lambda env, bad: _with_spec(env, 'file = "tasks.jsonl"', f"file = {json.dumps(bad)}"),
     "tasks.jsonl:1.oracle": lambda env, bad: _with_task(env, oracle=bad),
     "tasks.jsonl:1.container.path": lambda env, bad: _with_task(env, container={"path": bad}),
@@ -138,13 +143,15 @@ def test_every_path_field_must_stay_inside_the_environment_folder(pyfix_copy: Pa
 def test_path_fields_accept_folders_with_a_trailing_slash(pyfix_copy: Path):
     _with_spec(pyfix_copy, 'files = ["verify", "oracle"]', 'files = ["verify/", "oracle/"]')
     env = load_environment(_with_spec(pyfix_copy, 'repo = { path = "repo" }', 'repo = { path = "repo/" }'))
-    assert env.spec.image.files == ["verify", "oracle"] and env.spec.state.repo is not None and env.spec.state.repo.path == "repo"
+    assert (env.spec.image.files == ["verify", "oracle"] and env.spec.state.repo is not None
+            and env.spec.state.repo.path == "repo")
 
 
 def test_a_tool_envkit_does_not_implement_is_refused_with_the_ones_it_does(pyfix_copy: Path):
     problems = _problems(_with_spec(pyfix_copy, 'enabled = ["bash"]', 'enabled = ["bash", "edit_file"]'))
     assert set(problems) == {"tools.enabled[1]"}
-    assert "'bash', 'http' or 'browser'" in problems["tools.enabled[1]"] and "no edit_file tool" in problems["tools.enabled[1]"]
+    assert ("'bash', 'http' or 'browser'" in problems["tools.enabled[1]"]
+            and "no edit_file tool" in problems["tools.enabled[1]"])
 
 
 def test_the_spec_offers_exactly_the_tools_the_runtime_implements():

@@ -50,7 +50,8 @@ def test_a_seeds_row_and_the_figure(tmp_path: Path):
     assert not flat["learned"] and flat["steps_to_threshold"] is None
     result = {"recipe": "lookup.yaml", "threshold": 0.5, "seeds": [row, flat], "learned": 1, "runs": 2}
     write_figure(result, tmp_path / "learn.png")
-    assert (tmp_path / "learn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "learn.png").stat().st_size > 10_000
+    assert ((tmp_path / "learn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+            and (tmp_path / "learn.png").stat().st_size > 10_000)
 
 
 def test_a_sweep_refuses_to_be_told_the_seed(tmp_path: Path):

@@ -106,7 +106,8 @@ def _samples(step: int, n: int = 4) -> list[Sample]:
     for i in range(n):
         prompt = [rng.randrange(3, 500) for _ in range(6)]
         completion = [rng.randrange(3, 500) for _ in range(5)]
-        out.append(Sample(prompt, completion, [1, 1, 0, 1, 1], [-6.0, -6.5, 0.0, -6.2, -5.9], advantage=(-1) ** i * 0.5))
+        out.append(Sample(prompt, completion, [1, 1, 0, 1, 1], [-6.0, -6.5, 0.0, -6.2, -5.9],
+                          advantage=(-1) ** i * 0.5))
     return out
 
 
@@ -144,7 +145,8 @@ def test_a_batch_without_advantage_moves_no_weight_and_keeps_the_optimizer_state
     stats = t.train_step(flat)
     assert stats["updated"] is False and stats["grad_norm"] == 0.0 and t.step == 2  # the step counts
     assert all(torch.equal(v, before[k]) for k, v in t.model.named_parameters())  # no momentum drift
-    assert all(torch.equal(x, state[k][n]) for k, v in t.optimizer.state.items() for n, x in v.items() if torch.is_tensor(x))
+    assert all(torch.equal(x, state[k][n]) for k, v in t.optimizer.state.items() for n, x in v.items()
+               if torch.is_tensor(x))
 
 
 def test_the_reference_penalty_holds_the_policy_near_its_start(model_dir: Path):
@@ -227,7 +229,8 @@ def test_the_warm_up_keeps_its_best_held_out_weights():
     ids, labels, attention = _batch_tensors([_shellcmd_examples(fmt, rng) for _ in range(8)], int(tok.pad_token_id))
     with torch.no_grad():
         kept = float(model(input_ids=ids, attention_mask=attention, labels=labels).loss)
-    assert kept == pytest.approx(out["loss"], abs=1e-3) and out["loss"] == pytest.approx(losses[out["best_step"]], abs=1e-4)
+    assert (kept == pytest.approx(out["loss"], abs=1e-3)
+            and out["loss"] == pytest.approx(losses[out["best_step"]], abs=1e-4))
 
 
 LR_FAR_TOO_HIGH = 0.03  # 12 steps: held-out loss 5.43, 4.06, 3.91, then 4.57, 4.44, 4.50

@@ -20,7 +20,8 @@ V0 = Path(__file__).parent / "data" / "trajectories-v0.jsonl"
 def test_a_trajectory_jsonl_in_todays_format_reads_back_typed() -> None:
     ok, excluded, aborted, old = read_jsonl(V0)
     assert (ok.env_ref, ok.task_id, ok.seed, ok.reward, ok.turns) == ("envkit/shellcmd@1.0.0", "system-info", 0, 0.0, 1)
-    assert len(ok.prompt_token_ids) == 212 and len(ok.completion_token_ids) == len(ok.logprobs) == len(ok.loss_mask) == 10
+    assert (len(ok.prompt_token_ids) == 212
+            and len(ok.completion_token_ids) == len(ok.logprobs) == len(ok.loss_mask) == 10)
     assert ok.generated_tokens == 10 and ok.timings["episode_s"] == 1.4648
     assert isinstance(ok.outcome, OutcomeLabel) and ok.outcome.category is FailureCategory.OK
 
@@ -38,7 +39,8 @@ def test_a_trajectory_jsonl_in_todays_format_reads_back_typed() -> None:
 def test_what_is_written_is_the_same_strings_as_before(tmp_path: Path) -> None:
     before = V0.read_text().splitlines()
     after = write_jsonl(tmp_path / "t.jsonl", read_jsonl(V0)).read_text().splitlines()
-    added = {"bundle_digest": "", "runtime": "", "verifier": {}, "attempt_evidence": [], "late": False}  # fields since, at their defaults
+    # fields since, at their defaults
+    added = {"bundle_digest": "", "runtime": "", "verifier": {}, "attempt_evidence": [], "late": False}
     for i in range(3):
         assert json.loads(after[i]) == {**json.loads(before[i]), **added}
     assert json.loads(after[3]) == {**json.loads(before[3]), "placement": {}, **added}

@@ -32,8 +32,10 @@ def now(conn):
 
 def layout(title, body):
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} · Tracker</title>
-<style>body{{font:15px system-ui,sans-serif;max-width:900px;margin:auto;padding:1rem}} table{{border-collapse:collapse;width:100%}}
-td,th{{border-bottom:1px solid #ddd;padding:.3rem;text-align:left}} .badge{{padding:0 .4rem;border-radius:8px;background:#eef}}</style>
+<style>body{{font:15px system-ui,sans-serif;max-width:900px;margin:auto;padding:1rem}} \
+table{{border-collapse:collapse;width:100%}}
+td,th{{border-bottom:1px solid #ddd;padding:.3rem;text-align:left}} \
+.badge{{padding:0 .4rem;border-radius:8px;background:#eef}}</style>
 </head><body><nav><a href="/issues">Issues</a> · <a href="/issues/new">New issue</a> · <a href="/users">People</a></nav>
 <h1>{e(title)}</h1>{body}</body></html>"""
 
@@ -61,7 +63,8 @@ def issues_page(conn, q):
         args.append(label)
     sql_where = (" WHERE " + " AND ".join(where)) if where else ""
     total = conn.execute(f"SELECT COUNT(*) FROM issues i{sql_where}", args).fetchone()[0]
-    rows = conn.execute(f"SELECT * FROM issues i{sql_where} ORDER BY i.id LIMIT ? OFFSET ?", args + [PAGE, (page - 1) * PAGE]).fetchall()
+    rows = conn.execute(f"SELECT * FROM issues i{sql_where} ORDER BY i.id LIMIT ? OFFSET ?",
+                        args + [PAGE, (page - 1) * PAGE]).fetchall()
     users = [r[0] for r in conn.execute("SELECT name FROM users ORDER BY name")]
     labels = [r[0] for r in conn.execute("SELECT name FROM labels ORDER BY name")]
     form = f"""<form method="get" action="/issues" aria-label="Filter issues">
@@ -69,10 +72,11 @@ def issues_page(conn, q):
 <label>Assignee <select name="assignee">{options(users, assignee, "anyone")}</select></label>
 <label>Label <select name="label">{options(labels, label, "any")}</select></label>
 <button type="submit">Filter</button></form>"""
-    body = [form, f"<p>{total} issue{'s' if total != 1 else ''}</p><table><tr><th>#</th><th>Title</th><th>Status</th><th>Priority</th><th>Assignee</th></tr>"]
+    body = [form, f"<p>{total} issue{'s' if total != 1 else ''}</p>"
+                  "<table><tr><th>#</th><th>Title</th><th>Status</th><th>Priority</th><th>Assignee</th></tr>"]
     for r in rows:
-        body.append(f'<tr><td>{r["id"]}</td><td><a href="/issues/{r["id"]}">{e(r["title"])}</a></td><td>{r["status"]}</td>'
-                    f'<td>{r["priority"]}</td><td>{e(r["assignee"] or "—")}</td></tr>')
+        body.append(f'<tr><td>{r["id"]}</td><td><a href="/issues/{r["id"]}">{e(r["title"])}</a></td>'
+                    f'<td>{r["status"]}</td><td>{r["priority"]}</td><td>{e(r["assignee"] or "—")}</td></tr>')
     body.append("</table>")
     pages = max(1, -(-total // PAGE))
     base = {"status": status, "assignee": assignee, "label": label}
@@ -90,12 +94,14 @@ def issue_page(conn, issue_id):
     r = conn.execute("SELECT * FROM issues WHERE id = ?", (issue_id,)).fetchone()
     if r is None:
         return None
-    labels = [x[0] for x in conn.execute("SELECT label FROM issue_labels WHERE issue_id = ? ORDER BY label", (issue_id,))]
+    labels = [x[0] for x in conn.execute("SELECT label FROM issue_labels WHERE issue_id = ? ORDER BY label",
+                                         (issue_id,))]
     comments = conn.execute("SELECT * FROM comments WHERE issue_id = ? ORDER BY id", (issue_id,)).fetchall()
     users = [x[0] for x in conn.execute("SELECT name FROM users ORDER BY name")]
     all_labels = [x[0] for x in conn.execute("SELECT name FROM labels ORDER BY name")]
     parts = [f'<p>Status: <strong>{r["status"]}</strong> · Priority: <strong>{r["priority"]}</strong> · '
-             f'Assignee: <strong>{e(r["assignee"] or "nobody")}</strong> · Opened {r["created_at"][:10]} by {e(r["author"])}</p>',
+             f'Assignee: <strong>{e(r["assignee"] or "nobody")}</strong> · '
+             f'Opened {r["created_at"][:10]} by {e(r["author"])}</p>',
              f'<p>Labels: {" ".join(f"<span class=badge>{e(x)}</span>" for x in labels) or "none"}</p>',
              f'<div class="body">{e(r["body"])}</div><h2>Comments ({len(comments)})</h2>']
     for c in comments:
@@ -103,13 +109,17 @@ def issue_page(conn, issue_id):
     parts.append(f"""<form method="post" action="/issues/{issue_id}/comments" aria-label="Add a comment">
 <label>Comment <textarea name="body"></textarea></label><button type="submit">Add comment</button></form>
 <form method="post" action="/issues/{issue_id}/status" aria-label="Change status">
-<label>Status <select name="status">{options(STATUSES, r["status"])}</select></label><button type="submit">Update status</button></form>
+<label>Status <select name="status">{options(STATUSES, r["status"])}</select></label>\
+<button type="submit">Update status</button></form>
 <form method="post" action="/issues/{issue_id}/assign" aria-label="Assign">
-<label>Assignee <select name="assignee">{options(users, r["assignee"] or "", "nobody")}</select></label><button type="submit">Assign</button></form>
+<label>Assignee <select name="assignee">{options(users, r["assignee"] or "", "nobody")}</select></label>\
+<button type="submit">Assign</button></form>
 <form method="post" action="/issues/{issue_id}/priority" aria-label="Change priority">
-<label>Priority <select name="priority">{options(PRIORITIES, r["priority"])}</select></label><button type="submit">Set priority</button></form>
+<label>Priority <select name="priority">{options(PRIORITIES, r["priority"])}</select></label>\
+<button type="submit">Set priority</button></form>
 <form method="post" action="/issues/{issue_id}/labels" aria-label="Add a label">
-<label>Label <select name="label">{options(all_labels, "")}</select></label><button type="submit">Add label</button></form>""")
+<label>Label <select name="label">{options(all_labels, "")}</select></label>\
+<button type="submit">Add label</button></form>""")
     return layout(f"#{issue_id} {r['title']}", "".join(parts))
 
 
@@ -122,9 +132,11 @@ def new_issue_page():
 
 
 def users_page(conn):
-    rows = conn.execute("SELECT u.name, (SELECT COUNT(*) FROM issues i WHERE i.assignee = u.name AND i.status = 'open') "
+    rows = conn.execute("SELECT u.name, "
+                        "(SELECT COUNT(*) FROM issues i WHERE i.assignee = u.name AND i.status = 'open') "
                         "FROM users u ORDER BY u.name").fetchall()
-    items = "".join(f'<li><a href="/issues?{urlencode({"status": "open", "assignee": n})}">{e(n)}</a>: {c} open</li>' for n, c in rows)
+    items = "".join(f'<li><a href="/issues?{urlencode({"status": "open", "assignee": n})}">{e(n)}</a>: {c} open</li>'
+                    for n, c in rows)
     return layout("People", f"<ul>{items}</ul>")
 
 
@@ -175,7 +187,8 @@ class Handler(BaseHTTPRequestHandler):
                     return self.send(400, layout("New issue", "<p>A title is required.</p>"))
                 prio = form.get("priority") if form.get("priority") in PRIORITIES else "medium"
                 cur = conn.execute("INSERT INTO issues (title, body, status, priority, assignee, author, created_at) "
-                                   "VALUES (?, ?, 'open', ?, NULL, 'you', ?)", (title, form.get("body", ""), prio, now(conn)))
+                                   "VALUES (?, ?, 'open', ?, NULL, 'you', ?)",
+                                   (title, form.get("body", ""), prio, now(conn)))
                 conn.commit()
                 return self.send(303, "", f"/issues/{cur.lastrowid}")
             m = re.fullmatch(r"/issues/(\d+)/(comments|status|assign|priority|labels)", url.path)
@@ -193,7 +206,8 @@ class Handler(BaseHTTPRequestHandler):
                     conn.execute("UPDATE issues SET assignee = ? WHERE id = ?", (who, issue_id))
             elif what == "priority" and form.get("priority") in PRIORITIES:
                 conn.execute("UPDATE issues SET priority = ? WHERE id = ?", (form["priority"], issue_id))
-            elif what == "labels" and conn.execute("SELECT 1 FROM labels WHERE name = ?", (form.get("label"),)).fetchone():
+            elif what == "labels" and conn.execute("SELECT 1 FROM labels WHERE name = ?",
+                                                   (form.get("label"),)).fetchone():
                 conn.execute("INSERT OR IGNORE INTO issue_labels VALUES (?, ?)", (issue_id, form["label"]))
             conn.commit()
             return self.send(303, "", f"/issues/{issue_id}")

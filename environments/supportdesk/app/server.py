@@ -94,8 +94,8 @@ def list_orders(conn, m, q, b):
 
 def get_order(conn, m, q, b):
     order = one(conn, "SELECT * FROM orders WHERE id = ?", (int(m[1]),), "order")
-    order["items"] = rows(conn.execute("SELECT sku, name, qty, unit_cents FROM order_items WHERE order_id = ? ORDER BY sku",
-                                       (order["id"],)))
+    order["items"] = rows(conn.execute("SELECT sku, name, qty, unit_cents FROM order_items WHERE order_id = ? "
+                                       "ORDER BY sku", (order["id"],)))
     return order
 
 
@@ -127,8 +127,10 @@ def create_refund(conn, m, q, b):
     taken = conn.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM refunds WHERE order_id = ? AND status != 'denied'",
                          (order["id"],)).fetchone()[0]
     if taken + amount > order["total_cents"]:
-        raise ApiError(409, f"refunds would exceed the order total ({order['total_cents']} cents, {taken} already refunded)")
-    cur = conn.execute("INSERT INTO refunds (order_id, amount_cents, reason, status, note, created_at) VALUES (?, ?, ?, 'requested', '', ?)",
+        raise ApiError(409, f"refunds would exceed the order total ({order['total_cents']} cents, "
+                            f"{taken} already refunded)")
+    cur = conn.execute("INSERT INTO refunds (order_id, amount_cents, reason, status, note, created_at) "
+                       "VALUES (?, ?, ?, 'requested', '', ?)",
                        (order["id"], amount, str(b["reason"]), now(conn)))
     return get_refund(conn, [None, cur.lastrowid], q, b)
 
@@ -140,7 +142,8 @@ def patch_refund(conn, m, q, b):
         raise ApiError(409, f"refund {refund['id']} is already {refund['status']}")
     if b["status"] not in REFUND_STATUSES:
         raise ApiError(400, f"status must be one of {sorted(REFUND_STATUSES)}")
-    conn.execute("UPDATE refunds SET status = ?, note = ? WHERE id = ?", (b["status"], str(b.get("note", "")), refund["id"]))
+    conn.execute("UPDATE refunds SET status = ?, note = ? WHERE id = ?",
+                 (b["status"], str(b.get("note", "")), refund["id"]))
     return get_refund(conn, m, q, b)
 
 
@@ -159,8 +162,8 @@ def list_tickets(conn, m, q, b):
 
 def get_ticket(conn, m, q, b):
     ticket = one(conn, "SELECT * FROM tickets WHERE id = ?", (int(m[1]),), "ticket")
-    ticket["messages"] = rows(conn.execute("SELECT id, author, body, created_at FROM messages WHERE ticket_id = ? ORDER BY id",
-                                           (ticket["id"],)))
+    ticket["messages"] = rows(conn.execute("SELECT id, author, body, created_at FROM messages WHERE ticket_id = ? "
+                                           "ORDER BY id", (ticket["id"],)))
     return ticket
 
 
@@ -196,7 +199,8 @@ ROUTES = [
     ("GET", r"/refunds", list_refunds), ("GET", r"/refunds/(\d+)", get_refund), ("POST", r"/refunds", create_refund),
     ("PATCH", r"/refunds/(\d+)", patch_refund),
     ("GET", r"/policies", list_policies), ("GET", r"/policies/([a-z_]+)", get_policy),
-    ("GET", r"/tickets", list_tickets), ("GET", r"/tickets/(\d+)", get_ticket), ("PATCH", r"/tickets/(\d+)", patch_ticket),
+    ("GET", r"/tickets", list_tickets), ("GET", r"/tickets/(\d+)", get_ticket),
+    ("PATCH", r"/tickets/(\d+)", patch_ticket),
     ("POST", r"/tickets/(\d+)/messages", post_message),
     ("GET", r"/agents", list_agents),
 ]

@@ -32,11 +32,14 @@ CREATE TABLE order_items (order_id INTEGER NOT NULL REFERENCES orders(id), sku T
   qty INTEGER NOT NULL, unit_cents INTEGER NOT NULL, PRIMARY KEY (order_id, sku));
 CREATE TABLE refunds (id INTEGER PRIMARY KEY AUTOINCREMENT, order_id INTEGER NOT NULL REFERENCES orders(id),
   amount_cents INTEGER NOT NULL, reason TEXT NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('requested', 'approved', 'denied', 'escalated')), note TEXT NOT NULL, created_at TEXT NOT NULL);
+  status TEXT NOT NULL CHECK (status IN ('requested', 'approved', 'denied', 'escalated')), note TEXT NOT NULL, \
+created_at TEXT NOT NULL);
 CREATE TABLE policies (key TEXT PRIMARY KEY, value TEXT NOT NULL, description TEXT NOT NULL);
 CREATE TABLE agents (name TEXT PRIMARY KEY, team TEXT NOT NULL);
-CREATE TABLE tickets (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), order_id INTEGER REFERENCES orders(id),
-  subject TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('open', 'pending', 'closed')), assignee TEXT REFERENCES agents(name),
+CREATE TABLE tickets (id INTEGER PRIMARY KEY, customer_id INTEGER NOT NULL REFERENCES customers(id), \
+order_id INTEGER REFERENCES orders(id),
+  subject TEXT NOT NULL, status TEXT NOT NULL CHECK (status IN ('open', 'pending', 'closed')), \
+assignee TEXT REFERENCES agents(name),
   tag TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, ticket_id INTEGER NOT NULL REFERENCES tickets(id),
   author TEXT NOT NULL, body TEXT NOT NULL, created_at TEXT NOT NULL);
@@ -60,7 +63,8 @@ def build() -> sqlite3.Connection:
     for i in range(22):
         name = f"{FIRST[i]} {LAST[i]}"
         email = f"{FIRST[i].lower()}.{LAST[i].lower()}@example.com"
-        tier = "gold" if name in ("Dana Kim", "Mateo Garcia") else ("silver" if name == "Ravi Patel" else tiers[rng.randrange(3)])
+        tier = "gold" if name in ("Dana Kim", "Mateo Garcia") else ("silver" if name == "Ravi Patel"
+                                                                    else tiers[rng.randrange(3)])
         db.execute("INSERT INTO customers VALUES (?, ?, ?, ?, ?, ?)",
                    (i + 1, name, email, f"+1-555-{1000 + i * 37:04d}", tier, ts(400 - i * 9)))
     db.executemany("INSERT INTO agents VALUES (?, ?)", AGENTS)
@@ -106,9 +110,11 @@ def build() -> sqlite3.Connection:
         created = (days or 0) + 4
         tracking = f"TRK{oid * 7919 % 1000003:07d}" if status in ("shipped", "delivered") else None
         db.execute("INSERT INTO orders VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   (oid, cust, status, total, tracking, ts(created), ts(days) if days is not None else None, ts(days or 1)))
+                   (oid, cust, status, total, tracking, ts(created), ts(days) if days is not None else None,
+                    ts(days or 1)))
         for sku, qty in sorted(merged.items()):
-            db.execute("INSERT INTO order_items VALUES (?, ?, ?, ?, ?)", (oid, sku, prices[sku][0], qty, prices[sku][1]))
+            db.execute("INSERT INTO order_items VALUES (?, ?, ?, ?, ?)",
+                       (oid, sku, prices[sku][0], qty, prices[sku][1]))
     total = lambda oid: db.execute("SELECT total_cents FROM orders WHERE id = ?", (oid,)).fetchone()[0]  # noqa: E731
     refunds = [
         (1001, 2900, "mouse double-clicks", "approved"), (1005, 3900, "changed mind", "denied"),
@@ -119,7 +125,8 @@ def build() -> sqlite3.Connection:
         (1002, total(1002), "dead pixels", "requested"),                 # R8: gold, 45 days -> approve
     ]
     for oid, cents, reason, status in refunds:
-        db.execute("INSERT INTO refunds (order_id, amount_cents, reason, status, note, created_at) VALUES (?, ?, ?, ?, '', ?)",
+        db.execute("INSERT INTO refunds (order_id, amount_cents, reason, status, note, created_at) "
+                   "VALUES (?, ?, ?, ?, '', ?)",
                    (oid, cents, reason, status, ts(1)))
     tickets = [
         (1, 4, 1001, "Mouse double-clicks", "closed", "alice", "hardware"),
@@ -156,9 +163,12 @@ def main() -> None:
     (HERE / "fixtures").mkdir(exist_ok=True)
     (HERE / "fixtures" / "supportdesk.sql").write_text(sql)
 
-    order_snapshot = "SELECT group_concat(id || ':' || status, ',') FROM (SELECT id, status FROM orders WHERE id != ? ORDER BY id)"
-    ticket_snapshot = "SELECT group_concat(id || ':' || status || ':' || COALESCE(assignee, '-'), ',') FROM (SELECT * FROM tickets WHERE id NOT IN ({}) ORDER BY id)"
-    refund_snapshot = "SELECT group_concat(id || ':' || status, ',') FROM (SELECT id, status FROM refunds WHERE id != ? ORDER BY id)"
+    order_snapshot = ("SELECT group_concat(id || ':' || status, ',') "
+                      "FROM (SELECT id, status FROM orders WHERE id != ? ORDER BY id)")
+    ticket_snapshot = ("SELECT group_concat(id || ':' || status || ':' || COALESCE(assignee, '-'), ',') "
+                       "FROM (SELECT * FROM tickets WHERE id NOT IN ({}) ORDER BY id)")
+    refund_snapshot = ("SELECT group_concat(id || ':' || status, ',') "
+                       "FROM (SELECT id, status FROM refunds WHERE id != ? ORDER BY id)")
 
     def guard_orders(oid):
         return {"sql": order_snapshot.replace("?", str(oid)), "expect": q(db, order_snapshot, oid)}
@@ -170,84 +180,111 @@ def main() -> None:
         s = ticket_snapshot.format(",".join(str(t) for t in tids))
         return {"sql": s, "expect": q(db, s)}
 
-    emails_other = "SELECT group_concat(id || ':' || email, ',') FROM (SELECT id, email FROM customers WHERE id != 3 ORDER BY id)"
+    emails_other = ("SELECT group_concat(id || ':' || email, ',') "
+                    "FROM (SELECT id, email FROM customers WHERE id != 3 ORDER BY id)")
     dana_spend = q(db, "SELECT SUM(total_cents) FROM orders WHERE customer_id = 4 AND status = 'delivered'")[0][0]
     open_tickets = q(db, "SELECT COUNT(*) FROM tickets WHERE status = 'open'")[0][0]
-    biggest = q(db, "SELECT order_id FROM refunds WHERE status = 'approved' ORDER BY amount_cents DESC, id LIMIT 1")[0][0]
-    loads = q(db, "SELECT a.name, (SELECT COUNT(*) FROM tickets t WHERE t.assignee = a.name AND t.status = 'open') n FROM agents a ORDER BY n, a.name")
+    biggest = q(db, "SELECT order_id FROM refunds WHERE status = 'approved' ORDER BY amount_cents DESC, id "
+                    "LIMIT 1")[0][0]
+    loads = q(db, "SELECT a.name, (SELECT COUNT(*) FROM tickets t WHERE t.assignee = a.name AND t.status = 'open') n "
+                  "FROM agents a ORDER BY n, a.name")
     least = loads[0][0]
     tracking_1010 = q(db, "SELECT tracking FROM orders WHERE id = 1010")[0][0]
     total_1009 = q(db, "SELECT total_cents FROM orders WHERE id = 1009")[0][0]
     next_refund = q(db, "SELECT MAX(id) + 1 FROM refunds")[0][0]
     ravi_pending = q(db, "SELECT id FROM orders WHERE customer_id = 18 AND status = 'pending'")[0][0]
 
-    H = lambda method, path, body=None: {"tool": "http", "method": method, "path": path, **({"body": body} if body else {})}  # noqa: E731
+    H = lambda method, path, body=None: {"tool": "http", "method": method, "path": path,  # noqa: E731
+                                         **({"body": body} if body else {})}
     A = lambda text: {"tool": "answer", "text": text}  # noqa: E731
     tasks = [
-        ("lookup-tier", "easy", "What loyalty tier does the customer with email dana.kim@example.com have? Answer with the tier name.",
+        ("lookup-tier", "easy",
+         "What loyalty tier does the customer with email dana.kim@example.com have? Answer with the tier name.",
          {"answer": {"expect": "gold"}}, [H("GET", "/customers?email=dana.kim@example.com"), A("gold")]),
         ("count-open-tickets", "easy", "How many support tickets are open right now? Answer with a number.",
-         {"answer": {"expect": str(open_tickets), "type": "number"}}, [H("GET", "/tickets?status=open"), A(str(open_tickets))]),
-        ("policy-window-silver", "easy", "How many days after delivery may a silver-tier customer get a refund? Answer with a number.",
+         {"answer": {"expect": str(open_tickets), "type": "number"}},
+         [H("GET", "/tickets?status=open"), A(str(open_tickets))]),
+        ("policy-window-silver", "easy",
+         "How many days after delivery may a silver-tier customer get a refund? Answer with a number.",
          {"answer": {"expect": "30", "type": "number"}}, [H("GET", "/policies"), A("30")]),
-        ("customer-spend", "medium", "What is the total, in dollars, of Dana Kim's delivered orders? Answer with a number like 123.45.",
+        ("customer-spend", "medium",
+         "What is the total, in dollars, of Dana Kim's delivered orders? Answer with a number like 123.45.",
          {"answer": {"expect": f"{dana_spend / 100:.2f}", "type": "number"}},
-         [H("GET", "/customers?name=Dana%20Kim"), H("GET", "/orders?customer_id=4&status=delivered"), A(f"{dana_spend / 100:.2f}")]),
+         [H("GET", "/customers?name=Dana%20Kim"), H("GET", "/orders?customer_id=4&status=delivered"),
+          A(f"{dana_spend / 100:.2f}")]),
         ("largest-approved-refund", "medium", "Which order has the largest approved refund? Answer with the order id.",
-         {"answer": {"expect": str(biggest), "type": "number"}}, [H("GET", "/refunds?status=approved"), A(str(biggest))]),
+         {"answer": {"expect": str(biggest), "type": "number"}},
+         [H("GET", "/refunds?status=approved"), A(str(biggest))]),
         ("mark-delivered", "easy", "The courier confirms that order 1030 was delivered. Record it.",
          {"checks": [{"sql": "SELECT status FROM orders WHERE id = 1030", "expect": [["delivered"]]}],
           "guards": [guard_orders(1030)]}, [H("PATCH", "/orders/1030", {"status": "delivered"})]),
-        ("cancel-pending-order", "easy", "Customer ravi.patel@example.com asks us to cancel his order that has not shipped yet. Do it.",
+        ("cancel-pending-order", "easy",
+         "Customer ravi.patel@example.com asks us to cancel his order that has not shipped yet. Do it.",
          {"checks": [{"sql": f"SELECT status FROM orders WHERE id = {ravi_pending}", "expect": [["cancelled"]]}],
           "guards": [guard_orders(ravi_pending)]},
          [H("GET", "/customers?email=ravi.patel@example.com"), H("GET", "/orders?customer_id=18"),
           H("PATCH", f"/orders/{ravi_pending}", {"status": "cancelled"})]),
-        ("update-email", "easy", "Customer #3 (Chloe Martin) has a new email address: chloe.m@newmail.example. Update her record.",
+        ("update-email", "easy",
+         "Customer #3 (Chloe Martin) has a new email address: chloe.m@newmail.example. Update her record.",
          {"checks": [{"sql": "SELECT email FROM customers WHERE id = 3", "expect": [["chloe.m@newmail.example"]]}],
           "guards": [{"sql": emails_other, "expect": q(db, emails_other)}]},
          [H("PATCH", "/customers/3", {"email": "chloe.m@newmail.example"})]),
-        ("assign-least-loaded", "medium", "Assign ticket 12 to the support agent who currently has the fewest open tickets "
+        ("assign-least-loaded", "medium",
+         "Assign ticket 12 to the support agent who currently has the fewest open tickets "
          "(on a tie, the alphabetically first name).",
-         {"checks": [{"sql": "SELECT assignee FROM tickets WHERE id = 12", "expect": [[least]]}], "guards": [guard_tickets(12)]},
+         {"checks": [{"sql": "SELECT assignee FROM tickets WHERE id = 12", "expect": [[least]]}],
+          "guards": [guard_tickets(12)]},
          [H("GET", "/agents"), H("GET", "/tickets?status=open"), H("PATCH", "/tickets/12", {"assignee": least})]),
-        ("close-duplicates", "medium", "Close every open ticket tagged 'duplicate'. Leave all other tickets as they are.",
+        ("close-duplicates", "medium",
+         "Close every open ticket tagged 'duplicate'. Leave all other tickets as they are.",
          {"checks": [{"sql": f"SELECT status FROM tickets WHERE id = {t}", "expect": [["closed"]]} for t in (6, 8, 13)],
           "guards": [guard_tickets(6, 8, 13)]},
-         [H("GET", "/tickets?tag=duplicate&status=open")] + [H("PATCH", f"/tickets/{t}", {"status": "closed"}) for t in (6, 8, 13)]),
-        ("reply-tracking", "medium", "Ticket 5 asks where the order is. Reply on the ticket with the order's tracking number.",
-         {"checks": [{"sql": f"SELECT COUNT(*) FROM messages WHERE ticket_id = 5 AND author = 'support' AND body LIKE '%{tracking_1010}%'",
+         [H("GET", "/tickets?tag=duplicate&status=open")]
+         + [H("PATCH", f"/tickets/{t}", {"status": "closed"}) for t in (6, 8, 13)]),
+        ("reply-tracking", "medium",
+         "Ticket 5 asks where the order is. Reply on the ticket with the order's tracking number.",
+         {"checks": [{"sql": "SELECT COUNT(*) FROM messages WHERE ticket_id = 5 AND author = 'support' "
+                             f"AND body LIKE '%{tracking_1010}%'",
                       "expect": [[1]]}]},
          [H("GET", "/tickets/5"), H("GET", "/orders/1010"),
           H("POST", "/tickets/5/messages", {"body": f"Your order is on its way: tracking number {tracking_1010}."})]),
         ("refund-in-window", "medium", "Process refund request 6 according to the refund policy.",
-         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 6", "expect": [["approved"]]}], "guards": [guard_refunds(6)]},
+         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 6", "expect": [["approved"]]}],
+          "guards": [guard_refunds(6)]},
          [H("GET", "/refunds/6"), H("GET", "/orders/1008"), H("GET", "/customers/7"), H("GET", "/policies"),
           H("PATCH", "/refunds/6", {"status": "approved", "note": "within window and limit"})]),
         ("refund-out-of-window", "medium", "Process refund request 5 according to the refund policy.",
-         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 5", "expect": [["denied"]]}], "guards": [guard_refunds(5)]},
+         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 5", "expect": [["denied"]]}],
+          "guards": [guard_refunds(5)]},
          [H("GET", "/refunds/5"), H("GET", "/orders/1007"), H("GET", "/customers/2"), H("GET", "/policies"),
           H("PATCH", "/refunds/5", {"status": "denied", "note": "outside the refund window"})]),
         ("refund-escalate", "hard", "Process refund request 7 according to the refund policy.",
-         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 7", "expect": [["escalated"]]}], "guards": [guard_refunds(7)]},
+         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 7", "expect": [["escalated"]]}],
+          "guards": [guard_refunds(7)]},
          [H("GET", "/refunds/7"), H("GET", "/orders/1006"), H("GET", "/customers/13"), H("GET", "/policies"),
           H("PATCH", "/refunds/7", {"status": "escalated", "note": "over the auto-approve limit"})]),
         ("refund-gold-window", "hard", "Process refund request 8 according to the refund policy.",
-         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 8", "expect": [["approved"] if total(db, 1002) <= 10000 else ["escalated"]]}],
+         {"checks": [{"sql": "SELECT status FROM refunds WHERE id = 8",
+                      "expect": [["approved"] if total(db, 1002) <= 10000 else ["escalated"]]}],
           "guards": [guard_refunds(8)]},
          [H("GET", "/refunds/8"), H("GET", "/orders/1002"), H("GET", "/customers/4"), H("GET", "/policies"),
-          H("PATCH", "/refunds/8", {"status": "approved" if total(db, 1002) <= 10000 else "escalated", "note": "gold window"})]),
-        ("damaged-order", "hard", "Ticket 9 reports that the order arrived broken. Request a refund of the order's full amount, "
-         "process that refund according to the refund policy, reply on the ticket with the refund's id, and set the ticket to pending.",
+          H("PATCH", "/refunds/8", {"status": "approved" if total(db, 1002) <= 10000 else "escalated",
+                                    "note": "gold window"})]),
+        ("damaged-order", "hard",
+         "Ticket 9 reports that the order arrived broken. Request a refund of the order's full amount, "
+         "process that refund according to the refund policy, reply on the ticket with the refund's id, "
+         "and set the ticket to pending.",
          {"checks": [
-             {"sql": f"SELECT amount_cents, status FROM refunds WHERE order_id = 1009",
+             {"sql": "SELECT amount_cents, status FROM refunds WHERE order_id = 1009",
               "expect": [[total_1009, "approved" if total_1009 <= 10000 else "escalated"]]},
-             {"sql": f"SELECT COUNT(*) FROM messages WHERE ticket_id = 9 AND author = 'support' AND body LIKE '%{next_refund}%'",
+             {"sql": "SELECT COUNT(*) FROM messages WHERE ticket_id = 9 AND author = 'support' "
+                     f"AND body LIKE '%{next_refund}%'",
               "expect": [[1]]},
              {"sql": "SELECT status FROM tickets WHERE id = 9", "expect": [["pending"]]}]},
          [H("GET", "/tickets/9"), H("GET", "/orders/1009"), H("GET", "/customers/9"), H("GET", "/policies"),
           H("POST", "/refunds", {"order_id": 1009, "amount_cents": total_1009, "reason": "arrived broken"}),
-          H("PATCH", f"/refunds/{next_refund}", {"status": "approved" if total_1009 <= 10000 else "escalated", "note": "damaged"}),
+          H("PATCH", f"/refunds/{next_refund}", {"status": "approved" if total_1009 <= 10000 else "escalated",
+                                                 "note": "damaged"}),
           H("POST", "/tickets/9/messages", {"body": f"We have issued refund {next_refund} for your order."}),
           H("PATCH", "/tickets/9", {"status": "pending"})]),
     ]

@@ -83,7 +83,8 @@ class Recorder:
         # a generator's call whose first value was not recorded says nothing: the trace ends before it
         for i, step in enumerate(self.steps):
             out = step.get("out")
-            if type(out) is dict and "$gen" in out and not (i + 1 < len(self.steps) and self.steps[i + 1].get("ref") == out["$gen"]):
+            if type(out) is dict and "$gen" in out and not (i + 1 < len(self.steps)
+                                                            and self.steps[i + 1].get("ref") == out["$gen"]):
                 del self.steps[i:]
                 break
         return self.steps
@@ -114,7 +115,8 @@ class Recorder:
         back = frame.f_back
         if back is None or not self._test_code(back.f_code.co_filename):
             return None
-        if not code.co_filename.startswith(self.pkg) and (self._test_code(code.co_filename) or not self._inherited(frame, code)):
+        if not code.co_filename.startswith(self.pkg) and (self._test_code(code.co_filename)
+                                                          or not self._inherited(frame, code)):
             return None
         try:
             step, after = self._step(frame, code)

@@ -195,8 +195,8 @@ class Remote:
         return f"<Remote {self._desc}>"
 
     def _call(self, attr, args, kwargs):
-        return self._session.request({"op": "call", "ref": self._ref, "attr": attr, "args": list(args), "kwargs": kwargs},
-                                     generation=self._generation)
+        return self._session.request({"op": "call", "ref": self._ref, "attr": attr, "args": list(args),
+                                      "kwargs": kwargs}, generation=self._generation)
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -351,7 +351,8 @@ class _Session:
             raise
         except (ValueError, KeyError, TypeError, RecursionError) as e:
             _stats["not_data"] += 1
-            raise AgentError("not_data", f"the agent's side answered something that is not data: {type(e).__name__}") from None
+            raise AgentError("not_data",
+                             f"the agent's side answered something that is not data: {type(e).__name__}") from None
 
 
 _current = None
@@ -422,7 +423,8 @@ def _stop_direct():
 def call(target, *args, timeout=None, **kwargs):
     """Call ``target`` ("package.module.name", or a class to make an instance) in the agent's
     worker with data arguments; returns data or a :class:`Remote`."""
-    return session().request({"op": "call", "target": str(target), "args": list(args), "kwargs": kwargs}, timeout=timeout)
+    return session().request({"op": "call", "target": str(target), "args": list(args), "kwargs": kwargs},
+                             timeout=timeout)
 
 
 class _Function:

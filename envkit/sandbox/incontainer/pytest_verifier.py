@@ -48,7 +48,8 @@ def main() -> int:
         shutil.copyfile(source, test_file)
         results = os.path.join(tmp, "results.json")
         env = {k: os.environ[k] for k in KEEP_ENV if k in os.environ}
-        env.update(HOME=tmp, TMPDIR=tmp, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", ENVKIT_CALL_TIMEOUT_S=f"{args.call_timeout:g}")
+        env.update(HOME=tmp, TMPDIR=tmp, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",
+                   ENVKIT_CALL_TIMEOUT_S=f"{args.call_timeout:g}")
         cmd = [sys.executable, "-I", "-c", BOOT, HERE, results, "-q", "-p", "no:cacheprovider", "--noconftest",
                f"--rootdir={tmp}", "-c", os.devnull, f"--basetemp={os.path.join(tmp, 'base')}", test_file]
         proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
@@ -61,18 +62,20 @@ def main() -> int:
             return 3
     outcomes = report.get("tests", {})
     if proc.returncode not in (0, 1) or not outcomes:
-        why = "collected no test" if not outcomes else f"did not run (pytest exit {proc.returncode}: a collection error)"
+        why = ("collected no test" if not outcomes
+               else f"did not run (pytest exit {proc.returncode}: a collection error)")
         missing = re.search(r"No module named '([^']+)'", proc.stdout + proc.stderr)
         if missing:
-            why += (f": they import `{missing.group(1)}`, which this process cannot (the agent's code is never imported "
-                    "by the verifier); call it through envkit_check, e.g. function(\"" + missing.group(1) + ".NAME\")")
+            why += (f": they import `{missing.group(1)}`, which this process cannot "
+                    "(the agent's code is never imported by the verifier); "
+                    "call it through envkit_check, e.g. function(\"" + missing.group(1) + ".NAME\")")
         print(f"verify: the hidden tests of {task!r} {why}; hidden tests reach the workspace only through envkit_check",
               file=sys.stderr)
         return 3
     failed = [name.rpartition("::")[2] for name, ok in outcomes.items() if not ok]
     passed = len(outcomes) - len(failed)
-    print(json.dumps({"reward": round(passed / len(outcomes), 6), "passed": passed, "total": len(outcomes), "failed": failed,
-                      "agent_code": report.get("agent_code", {})}))
+    print(json.dumps({"reward": round(passed / len(outcomes), 6), "passed": passed, "total": len(outcomes),
+                      "failed": failed, "agent_code": report.get("agent_code", {})}))
     return 0
 
 

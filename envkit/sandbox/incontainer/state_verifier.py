@@ -74,7 +74,8 @@ def main():
     total = len(results) or 1
     guards_ok = not any("guard" in f for f in failed)
     reward = round(sum(results) / total, 6) if guards_ok else 0.0
-    print(json.dumps({"reward": reward, "passed": sum(results), "total": total, "guards_ok": guards_ok, "failed": failed}))
+    print(json.dumps({"reward": reward, "passed": sum(results), "total": total, "guards_ok": guards_ok,
+                      "failed": failed}))
     return 0
 
 

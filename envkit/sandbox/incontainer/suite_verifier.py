@@ -52,7 +52,8 @@ def invoke(step, args, kwargs, refs):
             target = refs[step["ref"]]
             if type(target) is not Remote:
                 return {"exc": ["NotAnObject"]}, []
-            value = envkit_check.attribute(target, step["get"]) if "get" in step else target._call(step["attr"], args, kwargs)
+            value = (envkit_check.attribute(target, step["get"]) if "get" in step
+                     else target._call(step["attr"], args, kwargs))
     except AgentError as e:
         if e.kind == "exception":
             return {"exc": [e.type or "?"]}, []
@@ -134,8 +135,8 @@ def run_suite(suite, root, ids, timeout):
             files[rel] = data
     # -I -S: PYTHONPATH (/workspace), the user site and sitecustomize off from the first process on
     # (suite_runner.py starts itself again with -S and adds the site folders itself)
-    argv = ["python3", "-I", "-S", os.path.join(HERE, "suite_runner.py"), "run", "--out", "-", "--ids", "envkit-ids.txt", "--",
-            *suite.get("pytest_args", [])]
+    argv = ["python3", "-I", "-S", os.path.join(HERE, "suite_runner.py"), "run", "--out", "-", "--ids",
+            "envkit-ids.txt", "--", *suite.get("pytest_args", [])]
     try:
         done = envkit_check.run(argv, files=files, timeout=timeout)
     except AgentError as e:

@@ -100,5 +100,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("health_reports", "versions", "blobs", "environments", "token_scopes", "tokens", "namespaces", "users"):
+    for table in ("health_reports", "versions", "blobs", "environments", "token_scopes", "tokens", "namespaces",
+                  "users"):
         op.drop_table(table)
