@@ -47,7 +47,9 @@ __all__ = ["LAYOUT_VERSION", "LOCK_FILE", "BuildResult", "build_from_bundle", "b
 
 LAYOUT_VERSION = 1
 LOCK_FILE = "envkit.lock"
-HELPERS = ("exec.sh", "helper.py", "pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py",
+# The sandbox's command channel: helper.py and the modules it loads from beside itself
+CHANNEL_FILES = ("helper.py", "helper_users.py", "helper_repo.py", "helper_service.py", "helper_channel.py")
+HELPERS = ("exec.sh", *CHANNEL_FILES, "pytest_verifier.py", "state_verifier.py", "envkit_check.py", "callserver.py",
            "calltrace.py", "suite_runner.py", "suite_verifier.py")
 
 
@@ -221,7 +223,8 @@ def build_from_bundle(bundle: Bundle, spec: EnvSpec, *, client: Any | None = Non
         except docker.errors.APIError as e:
             raise BuildError(f"the Docker engine refused the image: {e.explanation or e}") from None
     if image_id != expected:
-        raise BuildError(f"the engine gave image ID {image_id}, expected {expected} (is it using the containerd image store?)")
+        raise BuildError(f"the engine gave image ID {image_id}, expected {expected} "
+                         "(is it using the containerd image store?)")
     return image_id, base.ref, False
 
 

@@ -10,8 +10,9 @@ through that copy's own loader (``ld.so --library-path``), so none of the task i
 libraries is used, and nothing leaks into the commands it starts: no ``LD_LIBRARY_PATH`` and no
 ``PYTHONHOME`` (the interpreter finds its library beside itself).
 
-The digest covers the base image, helper.py and the copy script, so a new helper gets a new
-volume; old ones stay until removed (``docker volume ls -f label=org.envkit.pyruntime``).
+The digest covers the base image, the channel's files (helper.py and its modules) and the copy
+script, so a new helper gets a new volume; old ones stay until removed
+(``docker volume ls -f label=org.envkit.pyruntime``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import docker.errors
 from envkit.base import find_base
 from envkit.engine import TRANSPORT_ERRORS
 from envkit.errors import EnvkitError
+from envkit.images import CHANNEL_FILES
 
 __all__ = ["MOUNT", "channel_command", "ensure_volume"]
 
@@ -48,11 +50,14 @@ mkdir -p "$t/lib" "$t/usr/bin" "$t/usr/lib"
 cp -a "$py" "$t/usr/bin/python3"
 cp -a "/usr/lib/$ver" "$t/usr/lib/$ver"
 rm -rf "$t/usr/lib/$ver/test" "$t/usr/lib/$ver/idlelib" "$t/usr/lib/$ver/tkinter" "$t/usr/lib/$ver/ensurepip"
-for f in "$py" "/usr/lib/$ver"/lib-dynload/*.so; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | \
+for f in "$py" "/usr/lib/$ver"/lib-dynload/*.so; do ldd "$f"; done | \
+  awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | \
   while read -r lib; do cp -L "$lib" "$t/lib/"; done
 cp -L "$(ldd "$py" | awk '$1 ~ /ld-linux/ {print $1}')" "$t/lib/ld.so"
-cp /src/helper.py "$t/helper.py"
-"$py" -I -c "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)" "$t/helper.py" >/dev/null
+for f in /src/*.py; do
+  cp "$f" "$t/"
+  "$py" -I -c "import py_compile, sys; py_compile.compile(sys.argv[1], doraise=True)" "$t/${f##*/}" >/dev/null
+done
 mv -T "$t" /rt/v 2>/dev/null || rm -rf "$t"
 [ -x /rt/v/lib/ld.so ]
 """
@@ -66,8 +71,9 @@ def channel_command() -> list[str]:
     return [f"{v}/lib/ld.so", "--library-path", f"{v}/lib", f"{v}/usr/bin/python3", "-I", f"{v}/helper.py", "serve"]
 
 
-def _helper() -> bytes:
-    return (resources.files("envkit.sandbox") / "incontainer" / "helper.py").read_bytes()
+def _helper() -> dict[str, bytes]:
+    pkg = resources.files("envkit.sandbox") / "incontainer"
+    return {name: (pkg / name).read_bytes() for name in CHANNEL_FILES}
 
 
 def ensure_volume(client: Any) -> str:
@@ -75,7 +81,8 @@ def ensure_volume(client: Any) -> str:
     :class:`envkit.errors.EnvkitError` when it cannot be made (no base image, a failed copy)."""
     base = find_base(client)
     helper = _helper()
-    digest = hashlib.sha256(b"\0".join([base.id.encode(), helper, _COPY.encode()])).hexdigest()[:16]
+    files = [part for name in sorted(helper) for part in (name.encode(), helper[name])]
+    digest = hashlib.sha256(b"\0".join([base.id.encode(), *files, _COPY.encode()])).hexdigest()[:16]
     name = f"envkit-pyruntime-{digest}"
     key = (str(client.api.base_url), name)
     with _lock:
@@ -86,13 +93,14 @@ def ensure_volume(client: Any) -> str:
     return name
 
 
-def _populate(client: Any, image: str, name: str, helper: bytes) -> None:
+def _populate(client: Any, image: str, name: str, helper: dict[str, bytes]) -> None:
     """Run the copy in a short-lived container of the base image (a no-op when done before)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        info = tarfile.TarInfo("src/helper.py")
-        info.size, info.mode = len(helper), 0o644
-        tar.addfile(info, io.BytesIO(helper))
+        for file, data in sorted(helper.items()):
+            info = tarfile.TarInfo(f"src/{file}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     made = None
     try:
         client.volumes.create(name, labels={_LABEL: "1"})
@@ -106,7 +114,8 @@ def _populate(client: Any, image: str, name: str, helper: bytes) -> None:
             tail = made.logs(tail=20).decode(errors="replace")
             raise EnvkitError(f"copying the channel's Python into the volume {name} failed: {tail}")
     except (docker.errors.DockerException, *TRANSPORT_ERRORS) as e:
-        raise EnvkitError(f"could not make the channel's Python volume {name}: {type(e).__name__}: {str(e)[:300]}") from None
+        raise EnvkitError(f"could not make the channel's Python volume {name}: "
+                          f"{type(e).__name__}: {str(e)[:300]}") from None
     finally:
         if made is not None:
             with contextlib.suppress(docker.errors.DockerException, *TRANSPORT_ERRORS):

@@ -19,7 +19,8 @@ but for pip's metadata step of an sdist download):
    and replayed twice there (what does not replay the same is cut); a candidate is kept only
    when a replayed call tells it apart from the fix, and when a second run, of the whole
    suite, fails the same tests (flakes dropped, and bugs that fail tests the map did not
-   link to the function: the map only makes the first check cheaper). Combinations of 2-3 kept bugs are checked the same way.
+   link to the function: the map only makes the first check cheaper). Combinations of 2-3 kept
+   bugs are checked the same way.
 6. **Output**: tasks (patch, fix, fail-to-pass tests, text), the suite's files for the
    verifier (suite_verifier.py), and a provenance file with every drop and its reason.
 """
@@ -58,6 +59,7 @@ MAX_SUITE_S = 60.0
 MAX_F2P_STORED = 12
 MAX_TRACE_BYTES = 3000  # a test's recorded calls kept (a prefix): what a task stores stays small
 CANDIDATES_PER_TASK = 3
+INVALID = "the change does not make a different, valid module"
 SUITE = "/tmp/envkit-suite"
 RUNNER = "/opt/envkit/suite_runner.py"
 NETWORK_ERRORS = re.compile(r"Network is unreachable|Temporary failure in name resolution|Name or service not known|"
@@ -132,7 +134,8 @@ class SuiteBox:
         paths = " ".join(_quote(p) for p in [*project.test_dirs, *[c for c in project.test_files() if "/" not in c]])
         res = sandbox.exec(f"mkdir -p {SUITE} && tar -C /workspace -cf - {paths} | tar -C {SUITE} -xf -", timeout_s=120)
         if res.exit_code != 0:
-            raise UserError(f"could not copy the test tree in the sandbox: {res.stderr[-300:]}", "report this as an envkit bug")
+            raise UserError(f"could not copy the test tree in the sandbox: {res.stderr[-300:]}",
+                            "report this as an envkit bug")
 
     def _write(self, files: dict[str, str]) -> None:
         for rel, data in files.items():
@@ -162,10 +165,11 @@ class SuiteBox:
         steps.append(f"python3 {RUNNER} run --out /tmp/envkit-out.json{options} -- {args} >/tmp/envkit-log.txt 2>&1")
         if replay_ids:
             assert traces is not None
-            self.sandbox.put_file("/tmp/envkit-replay-traces.json", json.dumps({t: traces[t] for t in replay_ids}).encode())
+            self.sandbox.put_file("/tmp/envkit-replay-traces.json",
+                                  json.dumps({t: traces[t] for t in replay_ids}).encode())
             self.sandbox.put_file("/tmp/envkit-replay-ids.txt", "\n".join(replay_ids).encode())
-            steps.append(f"python3 {RUNNER} replay --traces /tmp/envkit-replay-traces.json --ids /tmp/envkit-replay-ids.txt "
-                         "--out /tmp/envkit-replay.json >>/tmp/envkit-log.txt 2>&1")
+            steps.append(f"python3 {RUNNER} replay --traces /tmp/envkit-replay-traces.json "
+                         "--ids /tmp/envkit-replay-ids.txt --out /tmp/envkit-replay.json >>/tmp/envkit-log.txt 2>&1")
         self._write(files)
         try:
             res = self.sandbox.exec(f"cd {SUITE} && {'; '.join(steps)}", timeout_s=timeout_s)
@@ -184,7 +188,8 @@ class SuiteBox:
                     out[key] = None
         if out.get("report") is None:
             try:
-                out["log"] = self.sandbox.get_file("/tmp/envkit-log.txt", max_bytes=1 << 20).decode(errors="replace")[-2000:]
+                out["log"] = self.sandbox.get_file("/tmp/envkit-log.txt",
+                                                   max_bytes=1 << 20).decode(errors="replace")[-2000:]
             except (FileNotFoundError, ValueError):
                 out["log"] = ""
         return out
@@ -306,7 +311,8 @@ def _baseline_figures(runs: list[dict[str, Any]], project: Project) -> tuple[lis
     flaky = [t for t in names if t not in stable and _outcomes(reports[0])[t]["outcome"] == "passed"]
     seconds = [float(r["seconds"]) for r in reports]
     total = collected + int(reports[0].get("ambiguous", 0))
-    figures = {"runs_s": seconds, "collected": collected, "stable": len(stable), "failing": len(failing), "flaky": len(flaky),
+    figures = {"runs_s": seconds, "collected": collected, "stable": len(stable), "failing": len(failing),
+               "flaky": len(flaky),
                "skipped": sum(1 for t in names if _outcomes(reports[0])[t]["outcome"] == "skipped"),
                "ambiguous_ids": int(reports[0].get("ambiguous", 0)),
                "collection_errors": [e["node"] for e in reports[0].get("collection_errors", [])][:20],
@@ -364,7 +370,8 @@ class Caps:
         return min(self.whole_s, max(3.0, 4 * (startup + own) + 2))
 
 
-def check(box: SuiteBox, cand: Candidate, stable: set[str], caps: Caps | float, cover: Coverage | None = None) -> Candidate:
+def check(box: SuiteBox, cand: Candidate, stable: set[str], caps: Caps | float,
+          cover: Coverage | None = None) -> Candidate:
     """One run with the candidate's bug, of the tests that run the changed functions (all
     of them without a map): which of those it makes fail."""
     assert cand.mutation is not None
@@ -376,7 +383,8 @@ def check(box: SuiteBox, cand: Candidate, stable: set[str], caps: Caps | float, 
     out = box.run(cand.mutation.files, cap_s, select=sorted(cand.selected) if cand.selected is not None else None)
     report = out.get("report")
     if out["timeout"]:
-        cand.drop = f"ran past its cap ({cap_s:.0f} s)" if out["limit"] == "command_timeout" else f"hit a limit: {out['limit']}"
+        cand.drop = (f"ran past its cap ({cap_s:.0f} s)" if out["limit"] == "command_timeout"
+                     else f"hit a limit: {out['limit']}")
         return cand
     if report is None:
         cand.drop = "the suite gave no report"
@@ -467,7 +475,8 @@ def record_traces(boxes: Boxes, ids: list[str], progress: Progress) -> tuple[dic
         for round_ in (1, 2):
             progress("traces", round_, 3)
             present = [t for t in ids if traces.get(t)]
-            replayed = (box.run({}, MAX_SUITE_S * 3 + 30, replay_ids=present, traces=traces).get("replay") or {}) if present else {}
+            replayed = ((box.run({}, MAX_SUITE_S * 3 + 30, replay_ids=present, traces=traces).get("replay") or {})
+                        if present else {})
             for t in present:
                 checked, mismatch = replayed.get(t) or [0, {"why": "missing"}]
                 if mismatch is not None:
@@ -539,8 +548,8 @@ def _env_name(project: Project) -> tuple[str, str]:
 
 def _spec(name: str, version: str, project: Project, source: Source, files: list[str], verifier_timeout: float,
           count: int) -> str:
-    description = json.dumps(f"{project.name} {project.version} ({source.kind}, {source.digest[:19]}): {count} bugs made on "
-                             "its code, verified by its own tests")
+    description = json.dumps(f"{project.name} {project.version} ({source.kind}, {source.digest[:19]}): "
+                             f"{count} bugs made on its code, verified by its own tests")
     command = " ".join(source.spec.split())
     return f'''# Synthesized by `envkit synth {command}` (envkit {__version__}): provenance.json says how.
 spec_version = 1
@@ -610,9 +619,25 @@ def synth(source_text: str, out: Path, *, max_tasks: int = 40, seed: int = 0, jo
         shutil.rmtree(work, ignore_errors=True)
 
 
+@dataclass
+class _Search:
+    """What the sandboxes found: the baseline, the coverage map, every candidate tried and those kept."""
+
+    stable_list: list[str]
+    figures: dict[str, Any]
+    cap_s: float
+    cover: Coverage | None
+    sites: int
+    cands: list[Candidate]
+    kept: list[Candidate]
+    untried: int  # drawn but not tried: enough passed the first check before them
+    not_confirmed: int  # checked, but enough were confirmed before them: left out of the yields
+    traces: dict[str, Any]
+    cut: dict[str, int]
+
+
 def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: int, jobs: int, writer: str | None,
            progress: Progress, client: Any | None, t_start: float) -> SynthResult:
-    from envkit.pylock import resolve, write_lock
     from envkit.runtime import EnvRuntime
     from envkit.spec import load_environment
 
@@ -628,15 +653,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
 
     t = time.monotonic()
     progress("image", 0, 1)
-    lock = resolve(project.requirements)
-    (dest / "python.lock").write_text(write_lock(lock, project.requirements))
     name, version = _env_name(project)
-    (dest / "staging").mkdir()
-    (dest / "staging" / "noop.sh").write_text("true\n")
-    (dest / "tasks.jsonl").write_text(json.dumps({"id": "baseline", "instruction": "(staging)", "oracle": "staging/noop.sh"}) + "\n")
-    (dest / "envkit.toml").write_text(_spec(name.replace("synth/", "synth-staging/"), version, project, source, ["staging"],
-                                            120, 0))
-    staging = load_environment(dest)
+    staging = load_environment(_staging(dest, project, source, name, version))
     runtime = EnvRuntime(staging, client=client, runtime="runc")
     timings["image_s"] = round(time.monotonic() - t, 2)
 
@@ -647,79 +665,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         for i in range(jobs):
             sandboxes.append(runtime.backend.create())
             progress("sandboxes", i + 1, jobs)
-        boxes = Boxes([SuiteBox(s, project) for s in sandboxes])
-        stable_list, figures = baseline(boxes, project, progress)
-        stable = set(stable_list)
-        cap_s = max(5.0, 4 * max(figures["runs_s"]) + 2)
-        caps = Caps(cap_s, max(figures["runs_s"]), figures["durations"])
-        timings["baseline_s"] = round(time.monotonic() - t, 2)
-        cover, timings["coverage_s"] = coverage(boxes, stable, progress)
-        done = [0]
-
-        def tick(stage: str, total: int) -> Callable[[], None]:
-            def f() -> None:
-                done[0] += 1
-                progress(stage, done[0], total)
-            return f
-
-        # candidates: one suite run each, in their seeded order, until twice the tasks asked for
-        # passed (confirmation keeps 60-90% of them); the rest are not tried
-        t = time.monotonic()
-        all_sites = mutate.sites(project.root, project.source_files())
-        chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
-        queue_ = [Candidate(sites) for sites in chosen]
-        seen: set[tuple[str, ...]] = set()
-        passed = [0]
-
-        def first_check(box: SuiteBox, c: Candidate) -> None:
-            c.mutation = mutate.apply(project.root, c.sites)
-            if c.mutation is None:
-                c.drop = "the change does not make a different, valid module"
-            else:
-                check(box, c, stable, caps, cover)
-
-        def dedupe(c: Candidate) -> None:  # in the seeded order
-            if c.drop is None:
-                key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
-                if key in seen:
-                    c.drop = "duplicate (same function, same failing tests)"
-                seen.add(key)
-            passed[0] += c.drop is None
-        counted = boxes.until(first_check, queue_, settle=dedupe, enough=lambda: passed[0] >= 2 * max_tasks,
-                              progress=tick("candidates", len(chosen)))
-        cands: list[Candidate] = queue_[:counted]
-        checked = [c for c in cands if c.drop != "the change does not make a different, valid module"]
-        untried = len(queue_) - counted
-        timings["candidates_s"] = round(time.monotonic() - t, 2)
-
-        # traces of the failing tests, then confirmation, in the order tasks are chosen (round-robin
-        # over families), until there are enough
-        t = time.monotonic()
-        survivors = select([c for c in checked if c.drop is None], len(checked))
-        wanted = sorted({test for c in survivors for test in spread(c.fail_to_pass, MAX_F2P_STORED * 2)})
-        traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
-        done[0] = 0
-        kept: list[Candidate] = []
-        counted = boxes.until(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors,
-                              settle=lambda c: kept.append(c) if c.drop is None else None,
-                              enough=lambda: len(kept) >= max_tasks, progress=tick("confirm", len(survivors)))
-        unconfirmed = survivors[counted:]
-        not_confirmed = len(unconfirmed)  # checked, but enough were confirmed before them: left out of the yields
-        unconfirmed_ids = {id(c) for c in unconfirmed}
-        cands = [c for c in cands if id(c) not in unconfirmed_ids]
-        extra = combos(kept, seed, max(1, max_tasks // 8))
-        for c in extra:
-            c.mutation = mutate.apply(project.root, c.sites)
-            if c.mutation is None:
-                c.drop = "the change does not make a different, valid module"
-        extra_todo = [c for c in extra if c.drop is None]
-        done[0] = 0
-        boxes.map(lambda box, c: check(box, c, stable, caps, cover), extra_todo, tick("combos", len(extra_todo) * 2))
-        extra_ok = [c for c in extra_todo if c.drop is None]
-        boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
-        cands += extra
-        kept += [c for c in extra_ok if c.drop is None]
-        timings["confirm_s"] = round(time.monotonic() - t, 2)
+        found = _search(Boxes([SuiteBox(s, project) for s in sandboxes]), project, max_tasks=max_tasks, seed=seed,
+                        progress=progress, timings=timings, t_boxes=t)
     finally:
         for s in sandboxes:
             try:
@@ -727,20 +674,143 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
             except Exception:  # noqa: BLE001 - cleanup
                 pass
 
-    tasks = select(kept, max_tasks)
+    tasks = select(found.kept, max_tasks)
     if not tasks:
-        drops = Counter(c.drop for c in cands if c.drop)
-        raise UserError(f"no candidate bug of {project.name} {project.version} passed the checks ({len(cands)} tried; "
-                        f"{dict(drops.most_common(4))})", "try another --seed, more --max-tasks, or another project")
+        drops = Counter(c.drop for c in found.cands if c.drop)
+        raise UserError(f"no candidate bug of {project.name} {project.version} passed the checks "
+                        f"({len(found.cands)} tried; {dict(drops.most_common(4))})",
+                        "try another --seed, more --max-tasks, or another project")
 
-    # output
     t = time.monotonic()
+    test_cmd, records, stored, rewrites = _write_tasks(dest, project, source, name, version, tasks, found, writer)
+    by_family: dict[str, dict[str, int]] = {}
+    for c in found.cands:
+        entry = by_family.setdefault(c.family, {"tried": 0, "kept": 0, "tasks": 0})
+        entry["tried"] += 1
+        entry["kept"] += c.drop is None
+    for c in tasks:
+        by_family[c.family]["tasks"] += 1
+    drops = Counter(re.sub(r"\d+", "N", c.drop) for c in found.cands if c.drop)
+    timings["output_s"] = round(time.monotonic() - t, 2)
+    seconds = round(time.monotonic() - t_start, 1)
+    provenance = _provenance(source_text, max_tasks, seed, jobs, project, source, config_changes, found, tasks,
+                             drops, by_family, timings | {"total_s": seconds})
+    provenance |= {"tasks": records, "drops": [{"candidate": c.label, "reason": c.drop} for c in found.cands if c.drop]}
+    provenance["traces"]["stored"] = stored
+    provenance["writer"] = dict(rewrites) if writer else None
+    (dest / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
+    (dest / "README.md").write_text(_readme(project, source, len(tasks), by_family, found.figures, test_cmd))
+    load_environment(dest)  # the output is an ordinary environment: it must load as one
+    baseline_figures = {k: v for k, v in found.figures.items() if k != "durations"}
+    return SynthResult(out=dest, tasks=len(tasks), tried=len(found.cands), kept=len(found.kept), seconds=seconds,
+                       drops=dict(drops), by_family=by_family, baseline=baseline_figures)
+
+
+def _staging(dest: Path, project: Project, source: Source, name: str, version: str) -> Path:
+    """The staging environment in ``dest``: the project's image (its locked test dependencies
+    and the pristine project) with one no-op task, for the sandboxes the search runs in."""
+    from envkit.pylock import resolve, write_lock
+
+    lock = resolve(project.requirements)
+    (dest / "python.lock").write_text(write_lock(lock, project.requirements))
+    (dest / "staging").mkdir()
+    (dest / "staging" / "noop.sh").write_text("true\n")
+    staging_task = {"id": "baseline", "instruction": "(staging)", "oracle": "staging/noop.sh"}
+    (dest / "tasks.jsonl").write_text(json.dumps(staging_task) + "\n")
+    (dest / "envkit.toml").write_text(_spec(name.replace("synth/", "synth-staging/"), version, project, source,
+                                            ["staging"], 120, 0))
+    return dest
+
+
+def _search(boxes: Boxes, project: Project, *, max_tasks: int, seed: int, progress: Progress,
+            timings: dict[str, float], t_boxes: float) -> _Search:
+    """Baseline, coverage map, first checks, traces, confirmation and combinations (steps 3-5)."""
+    stable_list, figures = baseline(boxes, project, progress)
+    stable = set(stable_list)
+    cap_s = max(5.0, 4 * max(figures["runs_s"]) + 2)
+    caps = Caps(cap_s, max(figures["runs_s"]), figures["durations"])
+    timings["baseline_s"] = round(time.monotonic() - t_boxes, 2)
+    cover, timings["coverage_s"] = coverage(boxes, stable, progress)
+    done = [0]
+
+    def tick(stage: str, total: int) -> Callable[[], None]:
+        def f() -> None:
+            done[0] += 1
+            progress(stage, done[0], total)
+        return f
+
+    # candidates: one suite run each, in their seeded order, until twice the tasks asked for
+    # passed (confirmation keeps 60-90% of them); the rest are not tried
+    t = time.monotonic()
+    all_sites = mutate.sites(project.root, project.source_files())
+    chosen = mutate.candidates(all_sites, seed, max_tasks * CANDIDATES_PER_TASK)
+    queue_ = [Candidate(sites) for sites in chosen]
+    seen: set[tuple[str, ...]] = set()
+    passed = [0]
+
+    def first_check(box: SuiteBox, c: Candidate) -> None:
+        c.mutation = mutate.apply(project.root, c.sites)
+        if c.mutation is None:
+            c.drop = INVALID
+        else:
+            check(box, c, stable, caps, cover)
+
+    def dedupe(c: Candidate) -> None:  # in the seeded order
+        if c.drop is None:
+            key = (*sorted(c.mutation.functions if c.mutation else []), "|", *c.fail_to_pass)
+            if key in seen:
+                c.drop = "duplicate (same function, same failing tests)"
+            seen.add(key)
+        passed[0] += c.drop is None
+    counted = boxes.until(first_check, queue_, settle=dedupe, enough=lambda: passed[0] >= 2 * max_tasks,
+                          progress=tick("candidates", len(chosen)))
+    cands: list[Candidate] = queue_[:counted]
+    checked = [c for c in cands if c.drop != INVALID]
+    untried = len(queue_) - counted
+    timings["candidates_s"] = round(time.monotonic() - t, 2)
+
+    # traces of the failing tests, then confirmation, in the order tasks are chosen (round-robin
+    # over families), until there are enough
+    t = time.monotonic()
+    survivors = select([c for c in checked if c.drop is None], len(checked))
+    wanted = sorted({test for c in survivors for test in spread(c.fail_to_pass, MAX_F2P_STORED * 2)})
+    traces, cut = record_traces(boxes, wanted, progress) if wanted else ({}, {})
+    done[0] = 0
+    kept: list[Candidate] = []
+    counted = boxes.until(lambda box, c: confirm(box, c, stable, cap_s, traces), survivors,
+                          settle=lambda c: kept.append(c) if c.drop is None else None,
+                          enough=lambda: len(kept) >= max_tasks, progress=tick("confirm", len(survivors)))
+    unconfirmed = {id(c) for c in survivors[counted:]}
+    cands = [c for c in cands if id(c) not in unconfirmed]
+    extra = combos(kept, seed, max(1, max_tasks // 8))
+    for c in extra:
+        c.mutation = mutate.apply(project.root, c.sites)
+        if c.mutation is None:
+            c.drop = INVALID
+    extra_todo = [c for c in extra if c.drop is None]
+    done[0] = 0
+    boxes.map(lambda box, c: check(box, c, stable, caps, cover), extra_todo, tick("combos", len(extra_todo) * 2))
+    extra_ok = [c for c in extra_todo if c.drop is None]
+    boxes.map(lambda box, c: confirm(box, c, stable, cap_s, traces), extra_ok, tick("combos", len(extra_todo) * 2))
+    cands += extra
+    kept += [c for c in extra_ok if c.drop is None]
+    timings["confirm_s"] = round(time.monotonic() - t, 2)
+    return _Search(stable_list=stable_list, figures=figures, cap_s=cap_s, cover=cover, sites=len(all_sites),
+                   cands=cands, kept=kept, untried=untried, not_confirmed=len(unconfirmed), traces=traces, cut=cut)
+
+
+def _write_tasks(dest: Path, project: Project, source: Source, name: str, version: str, tasks: list[Candidate],
+                 found: _Search, writer: str | None) -> tuple[str, list[dict[str, Any]], int, Counter[str]]:
+    """The environment's files in place of the staging ones (step 6): the suite's command, a
+    record per task, how many tests' traces were stored and the writer's outcomes."""
     shutil.rmtree(dest / "staging")
     (dest / "envkit.lock").unlink(missing_ok=True)  # the staging image's
     for folder in ("bugs", "fixes", "suite"):
         (dest / folder).mkdir()
-    pkg_dir = project.package_paths[0].rsplit("/", 1)[0] if "/" in project.package_paths[0] else project.package_paths[0]
+    first = project.package_paths[0]
+    pkg_dir = first.rsplit("/", 1)[0] if "/" in first else first
     test_cmd = "python3 -m pytest -q " + " ".join(project.test_dirs)
+    traces, figures = found.traces, found.figures
     lines, records, used = [], [], set()
     rewrites = Counter[str]()
     for n, c in enumerate(tasks, start=1):
@@ -753,8 +823,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
         (dest / "fixes" / f"{task_id}.diff").write_text(mutate.unified_diff(project.root, c.mutation, reverse=True))
         body_of = None
         if c.family == "body":
-            module = c.sites[0].file.removeprefix("src/").removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-            body_of = f"{module}.{c.sites[0].function}"
+            module = c.sites[0].file.removeprefix("src/").removesuffix(".py").removesuffix("/__init__")
+            body_of = f"{module.replace('/', '.')}.{c.sites[0].function}"
         apis = [a for t in f2p for a in _apis(traces.get(t, []))]
         words = text.instruction(project=project.name, package_dir=pkg_dir, test_cmd=test_cmd,
                                  failing=[(t, c.messages.get(t, "")) for t in f2p or c.fail_to_pass],
@@ -767,56 +837,51 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
                                  "oracle": f"fixes/{task_id}.diff", "patch": f"bugs/{task_id}.diff",
                                  "params": {"fail_to_pass": f2p, "family": c.family}}, sort_keys=True))
         records.append({"id": task_id, "family": c.family,
-                        "sites": [{"file": s.file, "function": s.function, "family": s.family, "line": s.line} for s in c.sites],
-                        "fail_to_pass": c.fail_to_pass, "fail_to_pass_replayed": f2p, "pass_to_pass": len(stable) - len(c.fail_to_pass),
+                        "sites": [{"file": s.file, "function": s.function, "family": s.family, "line": s.line}
+                                  for s in c.sites],
+                        "fail_to_pass": c.fail_to_pass, "fail_to_pass_replayed": f2p,
+                        "pass_to_pass": len(found.stable_list) - len(c.fail_to_pass),
                         "baseline_durations_s": {t: figures["durations"].get(t) for t in f2p}})
     (dest / "tasks.jsonl").write_text("\n".join(lines) + "\n")
-    suite = {"version": 1, "repo": "repo", "tests": stable_list, "files": project.test_files(),
-             "pytest_args": project.pytest_args(), "timeout_s": round(cap_s + 10)}
+    suite = {"version": 1, "repo": "repo", "tests": found.stable_list, "files": project.test_files(),
+             "pytest_args": project.pytest_args(), "timeout_s": round(found.cap_s + 10)}
     (dest / "suite" / "suite.json").write_text(json.dumps(suite, indent=1, sort_keys=True) + "\n")
     (dest / "suite" / "traces.json").write_text(json.dumps({t: traces[t] for t in sorted(used)}, sort_keys=True,
                                                            separators=(",", ":")) + "\n")
-    verifier_timeout = min(3600.0, 2 * cap_s + 60)
-    (dest / "envkit.toml").write_text(_spec(name, version, project, source, ["suite", "bugs", "fixes"], verifier_timeout,
-                                            len(tasks)))
-    by_family: dict[str, dict[str, int]] = {}
-    for c in cands:
-        entry = by_family.setdefault(c.family, {"tried": 0, "kept": 0, "tasks": 0})
-        entry["tried"] += 1
-        entry["kept"] += c.drop is None
-    for c in tasks:
-        by_family[c.family]["tasks"] += 1
-    drops = Counter(re.sub(r"\d+", "N", c.drop) for c in cands if c.drop)
-    timings["output_s"] = round(time.monotonic() - t, 2)
-    seconds = round(time.monotonic() - t_start, 1)
-    provenance = {
-        "envkit": __version__, "command": f"envkit synth {source_text} --max-tasks {max_tasks} --seed {seed} --jobs {jobs}",
+    verifier_timeout = min(3600.0, 2 * found.cap_s + 60)
+    (dest / "envkit.toml").write_text(_spec(name, version, project, source, ["suite", "bugs", "fixes"],
+                                            verifier_timeout, len(tasks)))
+    return test_cmd, records, len(used), rewrites
+
+
+def _provenance(source_text: str, max_tasks: int, seed: int, jobs: int, project: Project, source: Source,
+                config_changes: Any, found: _Search, tasks: list[Candidate], drops: Counter[str],
+                by_family: dict[str, dict[str, int]], timings: dict[str, float]) -> dict[str, Any]:
+    """provenance.json but for what the output step adds (the tasks, the drops, the stored
+    traces and the writer's outcomes)."""
+    cands, kept, cover = found.cands, found.kept, found.cover
+    selected = [len(c.selected) for c in cands if c.selected]
+    return {
+        "envkit": __version__,
+        "command": f"envkit synth {source_text} --max-tasks {max_tasks} --seed {seed} --jobs {jobs}",
         "source": {"kind": source.kind, "spec": source.spec, "digest": source.digest, "origin": source.origin,
                    "name": project.name, "version": project.version, "license": project.license},
         "layout": {"python_path": project.python_path, "packages": project.packages, "test_dirs": project.test_dirs},
         "config_changes": config_changes, "requirements": project.requirements,
-        "baseline": {k: v for k, v in figures.items() if k != "durations"},
-        "candidates": {"sites": len(all_sites), "tried": len(cands), "untried": untried,
-                       "checked_not_confirmed": not_confirmed, "kept": len(kept), "tasks": len(tasks),
+        "baseline": {k: v for k, v in found.figures.items() if k != "durations"},
+        "candidates": {"sites": found.sites, "tried": len(cands), "untried": found.untried,
+                       "checked_not_confirmed": found.not_confirmed, "kept": len(kept), "tasks": len(tasks),
                        "dropped": dict(drops.most_common()), "by_family": by_family},
-        "traces": {"tests": len(traces), "stored": len(used), "cut": cut},
+        "traces": {"tests": len(found.traces), "stored": None, "cut": found.cut},  # stored: the tasks' own
         "coverage": None if cover is None else {
             "functions": len(cover.functions), "outside": len(cover.outside),
             "first_checks_whole_suite": sum(1 for c in cands if c.mutation is not None and c.selected is None
-                                            and c.drop != "the change does not make a different, valid module"),
-            "tests_per_first_check": round(statistics.fmean(len(c.selected) for c in cands if c.selected), 1)
-            if any(c.selected for c in cands) else None,
+                                            and c.drop != INVALID),
+            "tests_per_first_check": round(statistics.fmean(selected), 1) if selected else None,
             "kept_with_unlinked_failures": sum(1 for c in kept if c.unlinked)},
-        "writer": dict(rewrites) if writer else None,
-        "timings": timings | {"total_s": seconds},
-        "tasks": records,
-        "drops": [{"candidate": c.label, "reason": c.drop} for c in cands if c.drop],
+        "writer": None,
+        "timings": timings,
     }
-    (dest / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
-    (dest / "README.md").write_text(_readme(project, source, len(tasks), by_family, figures, test_cmd))
-    load_environment(dest)  # the output is an ordinary environment: it must load as one
-    return SynthResult(out=dest, tasks=len(tasks), tried=len(cands), kept=len(kept), seconds=seconds,
-                       drops=dict(drops), by_family=by_family, baseline={k: v for k, v in figures.items() if k != "durations"})
 
 
 def _readme(project: Project, source: Source, count: int, by_family: dict[str, dict[str, int]], figures: dict[str, Any],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,14 @@ from hypothesis import strategies as st
 
 from ..conftest import ROOT
 
-_spec = importlib.util.spec_from_file_location("envkit_helper", ROOT / "envkit" / "sandbox" / "incontainer" / "helper.py")
+_INCONTAINER = ROOT / "envkit" / "sandbox" / "incontainer"
+_spec = importlib.util.spec_from_file_location("envkit_helper_repo", _INCONTAINER / "helper_repo.py")
 helper = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helper)  # type: ignore[union-attr]
+sys.path.insert(0, str(_INCONTAINER))  # its sibling helper_users
+try:
+    _spec.loader.exec_module(helper)  # type: ignore[union-attr]
+finally:
+    sys.path.remove(str(_INCONTAINER))
 
 
 def by_git(path: Path) -> str:

@@ -47,7 +47,7 @@ def _load(name: str):
     return module
 
 
-helper = _load("helper")
+helper = _load("helper_repo")  # the reset's patches (helper.py's module)
 calltrace = _load("calltrace")
 
 
@@ -99,12 +99,14 @@ def test_every_family_changes_one_place_and_keeps_the_rest_byte_for_byte(tmp_pat
         changed = _changed_lines(SOURCE, new)
         assert changed, s
         if s.family not in ("remove_statement", "remove_branch", "body"):  # one line changed, comments and all kept
-            assert len(changed) == 2 and ("# keep this comment" in changed[1]) == ("# keep this comment" in changed[0]), changed
+            assert (len(changed) == 2
+                    and ("# keep this comment" in changed[1]) == ("# keep this comment" in changed[0])), changed
         if s.family in expected and s == next(x for x in sites if x.family == s.family):
             old_line, new_line = expected[s.family]
             assert changed == [f"-{old_line}", f"+{new_line}"], (s, changed)
     body = mutate.apply(tmp_path, [next(s for s in sites if s.family == "body")])
-    assert body is not None and body.files["m.py"] == 'def f(xs, n, flag=True):\n    """Doc."""\n    raise NotImplementedError\n'
+    assert (body is not None
+            and body.files["m.py"] == 'def f(xs, n, flag=True):\n    """Doc."""\n    raise NotImplementedError\n')
 
 
 def test_candidates_are_seeded_and_spread_over_families(tmp_path: Path):
@@ -152,7 +154,8 @@ def test_the_reset_applies_any_unified_diff_exactly(tmp_path_factory, lines, edi
     new = "".join(new_lines)
     for name in ("one.py", "two.py"):
         (root / name).write_text(old)
-    patch = "".join("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{n}", f"b/{n}", n=context))
+    patch = "".join("".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{n}", f"b/{n}",
+                                                 n=context))
                     for n in ("one.py", "two.py"))
     helper.apply_patch(str(root), patch.encode())
     assert (root / "one.py").read_text() == new and (root / "two.py").read_text() == new
@@ -196,10 +199,12 @@ def test_a_test_file_that_does_not_collect_is_left_out_with_its_error(minicalc: 
             seen.append(args)
             if "--ignore=tests/test_extra.py" not in args:
                 report = {"collected": 0, "seconds": 0.1, "tests": {},
-                          "collection_errors": [{"node": "tests/test_extra.py", "message": "No module named 'railroad'"}]}
+                          "collection_errors": [{"node": "tests/test_extra.py",
+                                                 "message": "No module named 'railroad'"}]}
             else:
                 report = {"collected": 2, "seconds": 0.2, "collection_errors": [],
-                          "tests": {t: {"outcome": "passed", "duration": 0.01} for t in ("tests/a.py::x", "tests/a.py::y")}}
+                          "tests": {t: {"outcome": "passed", "duration": 0.01}
+                                    for t in ("tests/a.py::x", "tests/a.py::y")}}
             return {"timeout": False, "report": report}
     stable, figures = baseline(Boxes([Box(), Box()]), project, lambda *_: None)  # type: ignore[list-item]
     assert stable == ["tests/a.py::x", "tests/a.py::y"] and project.ignored == ["tests/test_extra.py"]
@@ -209,8 +214,8 @@ def test_a_test_file_that_does_not_collect_is_left_out_with_its_error(minicalc: 
 
 def test_addopts_lose_plugins_and_keep_the_rest():
     assert filter_addopts(["-n", "4", "--cov", "-p", "pytest_cov", "-p", "no:cacheprovider", "--strict-markers", "-x",
-                           "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider", "--strict-markers",
-                                                                            "-x", "-ra"]
+                           "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider",
+                                                                            "--strict-markers", "-x", "-ra"]
 
 
 def test_ini_style_configuration_is_rewritten(tmp_path: Path):
@@ -218,7 +223,8 @@ def test_ini_style_configuration_is_rewritten(tmp_path: Path):
                                         "required_plugins = pytest-cov\nmarkers = slow\n")
     assert len(neutralise_config(tmp_path)) == 2
     text = (tmp_path / "setup.cfg").read_text()
-    assert "addopts = -ra\n" in text and "--cov" not in text and "required_plugins = \n" in text and "markers = slow" in text
+    assert ("addopts = -ra\n" in text and "--cov" not in text and "required_plugins = \n" in text
+            and "markers = slow" in text)
 
 
 def test_a_project_without_tests_is_refused(minicalc: Path):
@@ -246,8 +252,8 @@ def test_synth_refuses_a_missing_folder_and_a_full_out_and_leaves_nothing(tmp_pa
 # -- call traces: recorded on the pristine project, replayed on a changed one --------------------------
 
 def _suite(project_src: Path, tests: Path, *args: str) -> None:
-    proc = subprocess.run([sys.executable, str(INCONTAINER / "suite_runner.py"), "--path", str(project_src), *args], cwd=tests,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(INCONTAINER / "suite_runner.py"), "--path", str(project_src), *args],
+                          cwd=tests, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
@@ -295,7 +301,8 @@ def test_the_coverage_map_links_each_test_to_the_functions_its_call_runs(minical
     chosen = tmp_path / "select.txt"
     chosen.write_text("tests/test_core.py::test_mean\ntests/test_core.py::test_stack\n")
     _suite(src, minicalc, "run", "--out", str(out), "--select", str(chosen), *args)
-    assert sorted(json.loads(out.read_text())["tests"]) == ["tests/test_core.py::test_mean", "tests/test_core.py::test_stack"]
+    assert sorted(json.loads(out.read_text())["tests"]) == ["tests/test_core.py::test_mean",
+                                                            "tests/test_core.py::test_stack"]
 
 
 def test_a_check_runs_the_tests_that_run_the_changed_functions_or_all_of_them():
@@ -366,7 +373,8 @@ def test_failures_the_coverage_map_missed_join_the_task_when_two_whole_runs_agre
             self.runs = 0
             self.third_fails = third_fails
 
-        def run(self, files: dict, cap_s: float, replay_ids: list[str] | None = None, traces: dict | None = None) -> dict:
+        def run(self, files: dict, cap_s: float, replay_ids: list[str] | None = None,
+                traces: dict | None = None) -> dict:
             self.runs += 1
             failing = {"t::a", "t::b"} if self.runs == 1 else self.third_fails
             tests = {t: {"outcome": "failed" if t in failing else "passed", "message": "boom"} for t in stable}
@@ -380,7 +388,8 @@ def test_failures_the_coverage_map_missed_join_the_task_when_two_whole_runs_agre
     traces = {"t::a": [{"t": "m.f"}]}
     box: Any = Box({"t::a", "t::b"})
     kept = confirm(box, cand(), stable, 5, traces)
-    assert kept.drop is None and kept.fail_to_pass == ["t::a", "t::b"] and kept.unlinked == 1 and box.runs == 2  # the second and third runs
+    # the second and third runs
+    assert kept.drop is None and kept.fail_to_pass == ["t::a", "t::b"] and kept.unlinked == 1 and box.runs == 2
     flaky = confirm(Box({"t::a"}), cand(), stable, 5, traces)  # type: ignore[arg-type]
     assert flaky.drop is not None and flaky.drop.startswith("flaky")
 
@@ -390,7 +399,8 @@ def test_the_comparison_is_strict_about_types_and_blind_to_order_and_addresses()
     assert not same(1, 1.0) and not same(True, 1) and not same({"$t": [1]}, [1])
     assert same({"$d": [["a", 1], ["b", 2]]}, {"$d": [["b", 2], ["a", 1]]})
     assert same({"$s": [1, 2]}, {"$s": [2, 1]})
-    assert same({"$ref": 3, "type": "m.C", "repr": "<m.C object at 0x7f00>"}, {"$ref": 9, "type": "m.C", "repr": "<m.C object at 0x1>"})
+    assert same({"$ref": 3, "type": "m.C", "repr": "<m.C object at 0x7f00>"},
+                {"$ref": 9, "type": "m.C", "repr": "<m.C object at 0x1>"})
     assert not same({"$ref": 3, "type": "m.C", "repr": "C(1)"}, {"$ref": 3, "type": "m.C", "repr": "C(2)"})
     assert same({"exc": ["ValueError", "Exception"]}, {"exc": ["ValueError"]})
     assert not same({"exc": ["ValueError"]}, {"exc": ["TypeError"]}) and not same({"exc": ["ValueError"]}, None)
@@ -402,7 +412,8 @@ def _wheel(path: Path) -> Path:
     whl = path / "tinytool-1.0-py3-none-any.whl"
     files = {"tinytool/__init__.py": b"def main():\n    print('hi')\n",
              "tinytool-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinytool\nVersion: 1.0\n",
-             "tinytool-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+             "tinytool-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+                                             b"Root-Is-Purelib: true\nTag: py3-none-any\n",
              "tinytool-1.0.dist-info/entry_points.txt": b"[console_scripts]\ntinytool = tinytool:main\n"}
     record = "".join(f"{n},,\n" for n in files) + "tinytool-1.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(whl, "w") as z:
@@ -455,8 +466,9 @@ def test_a_missing_wheel_without_network_says_what_to_do(tmp_path: Path, monkeyp
 # -- hidden tests that import the workspace ------------------------------------------------------------
 
 def test_hidden_tests_that_import_the_workspace_are_refused_up_front(pyfix_copy: Path):
-    (pyfix_copy / "verify" / "tests" / "fix-median.py").write_text("from kit.stats import median\nimport kit.text as t\n\n"
-                                                                  "def test_m():\n    assert median([1, 2]) == 1.5\n")
+    (pyfix_copy / "verify" / "tests" / "fix-median.py").write_text(
+        "from kit.stats import median\nimport kit.text as t\n\n"
+        "def test_m():\n    assert median([1, 2]) == 1.5\n")
     with pytest.raises(SpecError) as e:
         load_environment(pyfix_copy)
     problem = e.value.problems[0]
@@ -471,13 +483,14 @@ def test_the_template_names_tests_and_api_never_the_patch():
     from envkit.synth.text import instruction
 
     words = instruction(project="minicalc", package_dir="src", test_cmd="python3 -m pytest -q tests",
-                        failing=[("tests/test_core.py::test_mean", "assert 2.0 == 2.5\n +  where 2.0 = mean([1, 2, 3, 4])")],
+                        failing=[("tests/test_core.py::test_mean",
+                                  "assert 2.0 == 2.5\n +  where 2.0 = mean([1, 2, 3, 4])")],
                         apis=["minicalc.core.mean", "minicalc.core._helper"])
     assert "`minicalc.core.mean`" in words and "_helper" not in words
     assert "`tests/test_core.py::test_mean`: assert 2.0 == 2.5 + where 2.0 = mean([1, 2, 3, 4])" in words
     assert "/workspace" in words and "python3 -m pytest -q tests" in words
-    body = instruction(project="minicalc", package_dir="src", test_cmd="t", failing=[("a::b", "NotImplementedError")], apis=[],
-                       body_of="minicalc.core.Stack.peek")
+    body = instruction(project="minicalc", package_dir="src", test_cmd="t", failing=[("a::b", "NotImplementedError")],
+                       apis=[], body_of="minicalc.core.Stack.peek")
     assert body.startswith("`minicalc.core.Stack.peek` in minicalc has no implementation")
 
 
@@ -556,7 +569,8 @@ def test_the_patch_leaves_file_times_as_the_seed_had_them(minicalc: Path):
     patch = "".join(difflib.unified_diff(old.splitlines(True), old.replace("x > hi", "x >= hi").splitlines(True),
                                          "a/src/minicalc/core.py", "b/src/minicalc/core.py"))
     helper.apply_patch(str(minicalc), patch.encode())
-    assert "x >= hi" in core.read_text() and core.stat().st_mtime == 0  # which files a bug touched is not in their times
+    # which files a bug touched is not in their times
+    assert "x >= hi" in core.read_text() and core.stat().st_mtime == 0
 
 
 def test_the_verifier_replays_keywords_named_like_calls_own_and_refuses_data_for_a_generator(monkeypatch):
@@ -582,5 +596,6 @@ def test_every_file_of_the_bundled_environments_is_in_git():
         pytest.skip("not a git checkout")
     proc = subprocess.run(["git", "ls-files", "--others", "--ignored", "--exclude-standard", "environments"], cwd=ROOT,
                           capture_output=True, text=True, check=True)
-    left_out = [p for p in proc.stdout.splitlines() if not p.endswith(("envkit.lock", ".pyc")) and "__pycache__" not in p]
+    left_out = [p for p in proc.stdout.splitlines()
+                if not p.endswith(("envkit.lock", ".pyc")) and "__pycache__" not in p]
     assert left_out == [], f"ignored by git, so missing from a clone (git add -f them): {left_out}"
