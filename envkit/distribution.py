@@ -20,7 +20,7 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import find_base
+from envkit.base_image import find_base
 from envkit.bundle import make_bundle, read_bundle
 from envkit.client import Registry
 from envkit.engine import connect

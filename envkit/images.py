@@ -34,7 +34,15 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import AGENT_UID, VERIFIER_UID, BaseImage, docker_archive, find_base, image_config_bytes, load_archive
+from envkit.base_image import (
+    AGENT_UID,
+    VERIFIER_UID,
+    BaseImage,
+    docker_archive,
+    find_base,
+    image_config_bytes,
+    load_archive,
+)
 from envkit.bundle import Bundle, BundleEntry, make_bundle, tar_info
 from envkit.engine import connect
 from envkit.errors import BuildError

@@ -131,25 +131,27 @@ def _destroy(sandbox: Sandbox) -> None:
 
 
 class EnvRuntime:
-    """A built environment plus the means to run episodes on it."""
+    """A built environment plus the means to run episodes on it (the episode engine: an
+    "environment runtime"; not to be confused with its sandboxes' *sandbox runtime*, runc or
+    gVisor, which is ``sandbox_runtime`` here and ``limits.runtime`` on every sandbox)."""
 
     def __init__(self, env: LoadedEnvironment, *, client: Any | None = None, build_result: BuildResult | None = None,
-                 backend: Any | None = None, cpuset: str | None = None, runtime: str | None = None) -> None:
+                 backend: Any | None = None, cpuset: str | None = None, sandbox_runtime: str | None = None) -> None:
         """``backend``: where sandboxes come from when not this machine's Docker (a cluster's
         rollout worker passes one that refuses: its sandboxes come from sandbox hosts).
         ``cpuset``: the cores every sandbox is confined to (a runner's CPU partition).
-        ``runtime``: runc or gvisor as the user asked (``--runtime``); None: as
+        ``sandbox_runtime``: runc or gvisor as the user asked (``--runtime``); None: as
         :func:`envkit.sandbox.runtimes.choose_runtime` decides (pulled environments under gVisor)."""
         self.env = env
         self.kind: EnvKind = kind_of(env.spec)
         if backend is None and client is None:
             client = connect()
-        self.runtime_choice = choose_runtime(env.spec.limits.runtime, pulled=env.pulled,
-                                             network=env.spec.limits.network,
-                                             requested=runtime, client=client if backend is None else None)
+        self.sandbox_runtime = choose_runtime(env.spec.limits.runtime, pulled=env.pulled,
+                                              network=env.spec.limits.network,
+                                              requested=sandbox_runtime, client=client if backend is None else None)
         self.build = build_result or self.kind.build(env, client=client)
         self.limits = dataclasses.replace(SandboxLimits.from_spec(env.spec.limits), cpuset=cpuset,
-                                          runtime=self.runtime_choice.runtime)
+                                          runtime=self.sandbox_runtime.runtime)
         self._spec = self.kind.sandbox_spec(env, self.build, self.limits, {"org.envkit.env": env.ref})
         self.backend: Any = backend if backend is not None else self._spec.backend(client=client)
         self._first_hash: dict[tuple[int, str], str] = {}

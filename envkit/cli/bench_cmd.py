@@ -44,10 +44,10 @@ def sandbox(
         raise UserError(f"`bench sandbox` measures sandboxes that exist before a task; {loaded.ref} is a container "
                         "environment, whose sandbox starts from its task's own image at reset",
                         f"measure its episodes instead: envkit bench episode {env}")
-    runtime = EnvRuntime(loaded, runtime=asked)
+    runtime = EnvRuntime(loaded, sandbox_runtime=asked)
     runs = [runtime]
     if runtime.limits.gvisor:  # runc first, as the baseline of the same run
-        runs.insert(0, EnvRuntime(loaded, runtime="runc", build_result=runtime.build))
+        runs.insert(0, EnvRuntime(loaded, sandbox_runtime="runc", build_result=runtime.build))
     results: list[tuple[EnvRuntime, list[Any], dict[str, Any]]] = []
     with Progress(console=console, transient=True, disable=as_json) as progress:
         for rt in runs:
@@ -103,7 +103,7 @@ def episode(
     asked = requested_runtime(sandbox_runtime)
     from envkit.sandbox_bench import bench_episodes
 
-    runtime = EnvRuntime(resolve_environment(env), runtime=asked)
+    runtime = EnvRuntime(resolve_environment(env), sandbox_runtime=asked)
     if as_json:
         result = bench_episodes(runtime, n=n, concurrency=concurrency, seed=seed, docker_exec=docker_exec)
         print_json(result)
@@ -187,7 +187,7 @@ def reset(
     from envkit.sandbox_bench import bench_resets
 
     refs = env or [f"{name}@{max(versions)}" for name, versions in sorted(local_environments().items())]
-    runtimes = [EnvRuntime(resolve_environment(r), runtime=asked) for r in refs]
+    runtimes = [EnvRuntime(resolve_environment(r), sandbox_runtime=asked) for r in refs]
     if as_json:
         rows = bench_resets(runtimes, n=n)
         print_json({"rows": rows})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from envkit.base import build_base, recipe_digest
+from envkit.base_image import build_base, recipe_digest
 from envkit.catalog import resolve_environment
 from envkit.cli.output import console, print_json
 from envkit.kinds import build as build_image

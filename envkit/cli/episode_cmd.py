@@ -63,7 +63,7 @@ def run(
     loaded = resolve_environment(env)
     chosen_task = loaded.task(task)
     chosen_agent = parse_agent(agent)
-    runtime = EnvRuntime(loaded, runtime=asked)
+    runtime = EnvRuntime(loaded, sandbox_runtime=asked)
     result = run_episode(runtime, chosen_task, seed, chosen_agent)
     if as_json:
         print_json(result.to_dict())
@@ -91,7 +91,7 @@ def validate(
     loaded = resolve_environment(env)
     for t in tasks or []:
         loaded.task(t)
-    runtime = EnvRuntime(loaded, runtime=asked)
+    runtime = EnvRuntime(loaded, sandbox_runtime=asked)
     registry = Registry() if send_report else None  # fail early when no registry is configured
     if as_json:
         report = run_validation(runtime, seed=seed, jobs=jobs, probes=probes, tasks=tasks, sample=sample)

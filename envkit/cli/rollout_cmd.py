@@ -51,7 +51,7 @@ def rollout(
     if not (model / "config.json").is_file():
         raise UserError(f"`{model}` is not a model folder (no config.json)", "create one with `envkit model tiny DIR`")
     fmt = ChatFormat(AutoTokenizer.from_pretrained(model), tool_format, model=str(model))  # bad: exit 2 now
-    runtime = EnvRuntime(resolve_environment(env), runtime=asked)
+    runtime = EnvRuntime(resolve_environment(env), sandbox_runtime=asked)
     episodes = plan(runtime, n, group_size=group_size, seed=seed)
     sampling = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=sampling_seed)
     with PolicyService(model, urls=[policy_url] if policy_url else None) as policy:

@@ -36,7 +36,7 @@ def serve(
     loaded = resolve_environment(env)
     if task is not None:
         loaded.task(task)  # an unknown task is an error now, not at the first reset
-    runtime = EnvRuntime(loaded, runtime=asked)
+    runtime = EnvRuntime(loaded, sandbox_runtime=asked)
     app = create_app(runtime, max_sessions=max_sessions, idle_timeout_s=idle_timeout, task=task, max_turns=max_turns)
     console.print(f"serving {loaded.ref} on http://{host}:{port} (OpenEnv protocol: /ws, /health, /schema, /reset, "
                   f"/step); up to {max_sessions} sessions, idle ones closed after {idle_timeout:g} s")

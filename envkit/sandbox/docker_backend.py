@@ -119,7 +119,7 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import AGENT_UID, SERVICE_UID, VERIFIER_UID
+from envkit.base_image import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
 from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits

@@ -27,7 +27,7 @@ from typing import Any
 
 import docker.errors
 
-from envkit.base import find_base
+from envkit.base_image import find_base
 from envkit.engine import TRANSPORT_ERRORS
 from envkit.errors import EnvkitError
 from envkit.images import CHANNEL_FILES

@@ -655,7 +655,7 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
     progress("image", 0, 1)
     name, version = _env_name(project)
     staging = load_environment(_staging(dest, project, source, name, version))
-    runtime = EnvRuntime(staging, client=client, runtime="runc")
+    runtime = EnvRuntime(staging, client=client, sandbox_runtime="runc")
     timings["image_s"] = round(time.monotonic() - t, 2)
 
     sandboxes: list[Any] = []

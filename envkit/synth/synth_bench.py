@@ -87,7 +87,7 @@ def bench_synth(packages: list[str], out_dir: Path, *, max_tasks: int, sample: i
             else:
                 progress(f"validate {package}")
                 t0 = time.monotonic()
-                report = validate(EnvRuntime(load_environment(env_dir), runtime="runc"), seed=seed, jobs=jobs,
+                report = validate(EnvRuntime(load_environment(env_dir), sandbox_runtime="runc"), seed=seed, jobs=jobs,
                                   probes=probes, sample=sample)
                 validation = report.to_dict()
                 validation["wall_s"] = round(time.monotonic() - t0, 1)

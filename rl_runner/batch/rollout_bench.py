@@ -260,7 +260,7 @@ def bench_rollout(*, env: str = "envkit/pyfix", trajectories: int = 256, group_s
     pool_size = pool_size if pool_size is not None else concurrency + max(2, concurrency // 4)
     cores = plan_partition(cpu_partition, replicas, gpu=has_cuda(), remote_sandboxes=ray_address is not None)
     runtime = EnvRuntime(_long_commands(resolve_environment(env), params), cpuset=cores.cpuset(),
-                         runtime=sandbox_runtime)
+                         sandbox_runtime=sandbox_runtime)
     check_engine(runtime)
     model_path = _ensure_model(model, say)
     replicas = cores.replicas

@@ -47,7 +47,7 @@ class RolloutWorker:
         self.node_id = ray.get_runtime_context().get_node_id()
         limits = SandboxLimits.from_spec(env.spec.limits)
         self.runtime = EnvRuntime(env, build_result=build, backend=_NoLocalSandboxes(build.image_id, limits),
-                                  runtime=sandbox_runtime)
+                                  sandbox_runtime=sandbox_runtime)
         self.router = Router([PolicyClient(u) for u in urls], affinity=affinity, record=True)
         self.extra = setup() if setup is not None else None
         self.cancels: dict[str, threading.Event] = {}

@@ -99,7 +99,7 @@ def _load_envs(recipe: Recipe, cores: CpuPartition, say: Callable[[str], None],
     out: list[tuple[EnvRuntime, list[Task]]] = []
     for entry in recipe.envs:
         runtime = EnvRuntime(resolve_environment(pinned_ref(entry.ref, (locked or {}).get(entry.ref))),
-                             cpuset=cores.cpuset(), runtime=sandbox_runtime)
+                             cpuset=cores.cpuset(), sandbox_runtime=sandbox_runtime)
         if not out:  # the engine's answer is the same for every environment: asked once
             check_engine(runtime, "cpu_partition")
         say(f"environment {runtime.env.ref} from {runtime.env.root}, image {runtime.build.image_id[:19]}")

@@ -31,7 +31,7 @@ def lock_entry(ref: str, runtime: Any) -> dict[str, Any]:
     build = runtime.build
     return {"ref": ref, "resolved": runtime.env.ref, "bundle_digest": build.bundle_digest, "image_id": build.image_id,
             "task_images": dict(sorted(build.task_images.items())), "source": str(runtime.env.root),
-            "runtime": runtime.runtime_choice.runtime, "runtime_why": runtime.runtime_choice.why}
+            "runtime": runtime.sandbox_runtime.runtime, "runtime_why": runtime.sandbox_runtime.why}
 
 
 # How a runtime is chosen by no one's call for this run (envkit.sandbox.runtimes.choose_runtime's

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from envkit.agents import OracleAgent, run_episode
-from envkit.base import find_base
+from envkit.base_image import find_base
 from envkit.engine import connect
 from envkit.errors import UserError
 from envkit.harbor import import_harbor

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envkit.base import find_base
+from envkit.base_image import find_base
 from envkit.engine import connect
 from envkit.runtime import EnvRuntime
 from envkit.sandbox import SandboxLimits

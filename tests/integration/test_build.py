@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from envkit.base import build_base, find_base
+from envkit.base_image import build_base, find_base
 from envkit.images import LOCK_FILE
 from envkit.kinds import build
 from envkit.spec import load_environment

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from envkit.agents import NullAgent, OracleAgent, ShellAgent, run_episode
-from envkit.base import find_base
+from envkit.base_image import find_base
 from envkit.runtime import EnvRuntime
 from envkit.spec import load_environment
 from envkit.validate import validate

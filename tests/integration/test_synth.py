@@ -59,7 +59,7 @@ def test_the_fix_is_nowhere_the_agent_can_read(minicalc_env: Path, client, tmp_p
     """The pristine code of the changed lines: not in the workspace, its git objects or
     history, the seed folder, the verifier's files, a .pyc, a pip cache or an sdist."""
     env = load_environment(minicalc_env)
-    runtime = EnvRuntime(env, client=client, runtime="runc")
+    runtime = EnvRuntime(env, client=client, sandbox_runtime="runc")
     runtime.backend.labels.update(TEST_LABEL)
     task = next(t for t in env.tasks if t.params["family"] != "combo")
     fix = (minicalc_env / task.oracle).read_text()

@@ -31,7 +31,7 @@ def test_rollout_cli_writes_every_trajectory_once(server, tiny, tmp_path):
 
 
 def test_rollout_runs_an_imported_harbor_environment(server, tiny, tmp_path):
-    from envkit.base import find_base
+    from envkit.base_image import find_base
 
     from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
 

@@ -116,7 +116,7 @@ def test_validate_reports_health_to_the_registry(registry, cli_env, tmp_path):
 
 
 def test_publish_and_pull_an_imported_harbor_environment(registry, cli_env, tmp_path):
-    from envkit.base import find_base
+    from envkit.base_image import find_base
     from envkit.harbor import import_harbor
 
     from ..harbor_tasks import UNPULLABLE, write_harbor_tasks
