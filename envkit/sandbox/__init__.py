@@ -1,6 +1,7 @@
 """Sandboxes: where an agent's commands run.
 
-:class:`Sandbox` is the protocol every backend implements; :mod:`envkit.sandbox.docker_backend`
+:class:`Sandbox` is the abstract class every backend's sandbox derives from (a backend that
+leaves an operation out fails when it is made, not in the middle of an episode); :mod:`envkit.sandbox.docker_backend`
 is the Docker backend (its docstring states the threat model), :mod:`envkit.sandbox.container`
 the one for container environments (a task's own image), and :mod:`envkit.sandbox.pool` keeps a
 warm pool of them.
@@ -8,8 +9,9 @@ warm pool of them.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from envkit.spec import LimitsSection
 
@@ -99,50 +101,66 @@ class ResetResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@runtime_checkable
-class Sandbox(Protocol):
-    """One isolated place to run an episode."""
+class Sandbox(ABC):
+    """One isolated place to run an episode: every operation the episode engine, the kinds'
+    verifiers, the pools and the sandbox hosts use. What a sandbox cannot do it says in the
+    operation's answer, not by leaving it out: :meth:`http` answers ``{"error"}`` where there is
+    no service, :meth:`start_agent_calls` ``unavailable: <why>`` where there is no call server
+    (a container environment keeps Harbor's trust model)."""
 
     @property
+    @abstractmethod
     def id(self) -> str: ...
 
+    @abstractmethod
     def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
              env: dict[str, str] | None = None, workdir: str | None = None) -> ExecResult:
         """Run ``command`` under bash (in ``workdir``, by default the sandbox's working
         folder); never raises for what the command itself did."""
         ...
 
+    @abstractmethod
     def put_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str = AGENT) -> None: ...
 
+    @abstractmethod
     def get_file(self, path: str, *, user: str = AGENT, max_bytes: int = 16 * 1024 * 1024) -> bytes: ...
 
+    @abstractmethod
     def reset(self, seed: int, task: str | None = None) -> ResetResult:
         """Restore the seeded state exactly; returns its state hash. ``task``: the episode's
         task, for sandboxes whose state differs per task (container environments)."""
         ...
 
+    @abstractmethod
     def kill_processes(self, user: str = AGENT) -> None: ...
 
+    @abstractmethod
     def start_agent_calls(self) -> str:
         """Start the agent's call server for a verification (envkit_check); returns its
         socket path, or ``unavailable: <why>``."""
         ...
 
+    @abstractmethod
     def put_tree(self, dest: str, files: list[tuple[str, bytes | None, int]]) -> None:
         """Copy files (relative path, data or None for a folder, mode) under ``dest``, owned by
         root, in one operation."""
         ...
 
+    @abstractmethod
     def prepare_verifier(self, clear: tuple[str, ...]) -> bool:
         """Stop every process of the agent and remove ``clear`` (the verifier's folders), as
         root; False when a folder could not be removed."""
         ...
 
+    @abstractmethod
     def http(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
         """One request to the environment's service from inside the sandbox, as the agent
         (``{"status", "body"}`` or ``{"error"}``); a sandbox without a service says so."""
         ...
 
-    def alive(self) -> bool: ...
+    def alive(self) -> bool:
+        """Whether the sandbox still runs (a pool's health check before it hands one out)."""
+        return True
 
+    @abstractmethod
     def destroy(self) -> None: ...

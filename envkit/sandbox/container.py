@@ -38,7 +38,7 @@ from docker.types import Mount
 
 from envkit.engine import connect
 from envkit.errors import EnvkitError, InfraFailure, VerifierFailure
-from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
+from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, Sandbox, SandboxLimits
 from envkit.sandbox.channel import attach_channel
 from envkit.sandbox.docker_backend import SANDBOX_LABEL, DockerSandbox, remove_labelled, start_container, tar_of
 from envkit.sandbox.limits import guest_args, limit_options
@@ -182,7 +182,7 @@ class ContainerBackend:
         return remove_labelled(self.client, self.labels)
 
 
-class ContainerSandbox:
+class ContainerSandbox(Sandbox):
     """One episode's place; its container is (re)made from the task's image at every reset."""
 
     def __init__(self, backend: ContainerBackend) -> None:

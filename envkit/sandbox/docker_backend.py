@@ -122,7 +122,7 @@ import docker.errors
 from envkit.base_image import AGENT_UID, SERVICE_UID, VERIFIER_UID
 from envkit.engine import TRANSPORT_ERRORS, connect
 from envkit.errors import EpisodeFailure, InfraFailure, ModelFailure
-from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, SandboxLimits
+from envkit.sandbox import AGENT, VERIFIER, ExecResult, ResetResult, Sandbox, SandboxLimits
 from envkit.sandbox.channel import (
     CHANNEL_PROTOCOL,
     Capped,
@@ -179,7 +179,7 @@ def tar_of(entries: list[tuple[str, bytes | None, int]]) -> bytes:
 
 
 @dataclass
-class DockerSandbox:
+class DockerSandbox(Sandbox):
     """One container. Use :meth:`DockerBackend.create` to make one."""
 
     container: Any
@@ -446,7 +446,7 @@ class DockerSandbox:
             close_hijacked(sock)
         return out, err, False
 
-    # -- the Sandbox protocol ------------------------------------------------------
+    # -- the Sandbox operations ----------------------------------------------------
     def exec(self, command: str, *, timeout_s: float | None = None, user: str = AGENT,
              env: dict[str, str] | None = None, workdir: str | None = None) -> ExecResult:
         workdir = workdir or self.workdir

@@ -86,11 +86,12 @@ class WarmPool:
         self.alive = Occupancy()  # sandboxes that exist (being created, ready, held, being destroyed)
         self.held = Occupancy()  # sandboxes handed out and not yet released
         self.prepare = prepare
-        self.health = health if health is not None else (lambda sb: bool(getattr(sb, "alive", lambda: True)()))
+        self.health = health if health is not None else (lambda sb: bool(sb.alive()))
         self.limiter = RateLimiter(max_create_per_s, burst)
         self.max_parallel = max(1, max_parallel)
         self.stats = PoolStats()
         self._ready: collections.deque[Any] = collections.deque()
+        self._used: set[int] = set()  # id() of the sandboxes kept for reuse after an episode
         self._in_flight = 0
         self._cv = threading.Condition()
         self._closed = False
@@ -160,6 +161,7 @@ class WarmPool:
         self.alive.add(-1)
         with self._cv:
             self.stats.destroyed += 1
+            self._used.discard(id(sandbox))  # before the id can be another object's
             self._cv.notify_all()
 
     # -- use -----------------------------------------------------------------------
@@ -225,7 +227,7 @@ class WarmPool:
     def _hand_out(self, sandbox: Any) -> Any:
         with self._cv:
             self._held += 1
-            if getattr(sandbox, "_envkit_used", False):
+            if id(sandbox) in self._used:
                 self.stats.reused += 1
         self.held.add(1)
         return sandbox
@@ -238,7 +240,7 @@ class WarmPool:
             self._held -= 1
             keep = self.reuse and reusable and not self._closed
             if keep:
-                sandbox._envkit_used = True
+                self._used.add(id(sandbox))
                 self._ready.append(sandbox)
             self._cv.notify_all()
         if not keep:

@@ -15,7 +15,7 @@ from typing import Any
 
 from envkit.errors import EpisodeFailure, InfraFailure, UserError
 from envkit.kinds import SandboxSpec
-from envkit.sandbox import ExecResult, ResetResult
+from envkit.sandbox import ExecResult, ResetResult, Sandbox
 from rl_runner.distributed.replies import HostReply, wall_offset
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 
@@ -136,7 +136,7 @@ def host_call(host: Any, host_id: str, method: str, *args: Any) -> Any:
                            error=type(e).__name__) from None
 
 
-class RemoteSandbox:
+class RemoteSandbox(Sandbox):
     """A sandbox held by a :class:`SandboxHost`, seen from a rollout worker."""
 
     def __init__(self, host: Any, sid: str, host_id: str) -> None:
