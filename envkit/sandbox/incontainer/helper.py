@@ -38,10 +38,11 @@ import os
 import sys
 
 # Run as ``python3 -I`` (no script folder on the path): the modules are found beside this
-# file (root's, read-only to every other user), after the standard library so none shadows it;
-# no bytecode is written, so the image's files stay as they were built.
+# file, first, so no folder later on the path (site-packages, or one a .pth file adds) can
+# shadow them; the folder is root's and holds only envkit's files, none named like a module of
+# the standard library. No bytecode is written, so the image's files stay as they were built.
 sys.dont_write_bytecode = True
-sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import helper_users  # noqa: E402
 from helper_channel import serve  # noqa: E402
