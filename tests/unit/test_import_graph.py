@@ -79,3 +79,13 @@ def test_no_module_imports_one_that_imports_it_back():
 def test_the_check_finds_a_cycle_when_there_is_one():
     graph: dict[str, set[str]] = defaultdict(set, {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}})
     assert _cycle(graph, ["d", "a", "b", "c"]) == ["a", "b", "c", "a"]
+
+
+def test_no_in_container_file_is_named_like_a_standard_library_module():
+    """helper.py puts its own folder first on the path (so nothing later can shadow its
+    modules): a file there named like a standard-library module would shadow that one."""
+    import sys
+
+    folder = ROOT / "envkit" / "sandbox" / "incontainer"
+    names = {p.stem for p in folder.iterdir() if p.suffix == ".py" or p.is_dir()} - {"__pycache__"}
+    assert names and not names & set(sys.stdlib_module_names)
