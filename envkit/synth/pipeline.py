@@ -168,11 +168,16 @@ class SuiteBox:
             self.sandbox.put_file("/tmp/envkit-replay-traces.json",
                                   json.dumps({t: traces[t] for t in replay_ids}).encode())
             self.sandbox.put_file("/tmp/envkit-replay-ids.txt", "\n".join(replay_ids).encode())
-            steps.append(f"python3 {RUNNER} replay --traces /tmp/envkit-replay-traces.json "
-                         "--ids /tmp/envkit-replay-ids.txt --out /tmp/envkit-replay.json >>/tmp/envkit-log.txt 2>&1")
+            # as the verifier replays: from /, with no test tree and none of the files the tests
+            # made (pytest's temporary folders), so a call that only works beside them is cut
+            steps.append(f"cd / && mv {SUITE} {SUITE}.away && rm -rf /tmp/pytest-of-*; "
+                         f"python3 {RUNNER} replay --traces /tmp/envkit-replay-traces.json "
+                         "--ids /tmp/envkit-replay-ids.txt --out /tmp/envkit-replay.json >>/tmp/envkit-log.txt 2>&1; "
+                         f"mv {SUITE}.away {SUITE}")
         self._write(files)
         try:
-            res = self.sandbox.exec(f"cd {SUITE} && {'; '.join(steps)}", timeout_s=timeout_s)
+            back = f"if [ -d {SUITE}.away ]; then rm -rf {SUITE} && mv {SUITE}.away {SUITE}; fi"  # a replay cut short
+            res = self.sandbox.exec(f"{back}; cd {SUITE} && {'; '.join(steps)}", timeout_s=timeout_s)
         finally:
             if files:
                 self.sandbox.kill_processes(self.agent)
