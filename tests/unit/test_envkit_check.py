@@ -250,3 +250,12 @@ def test_hidden_tests_that_import_the_workspace_are_the_environments_problem(tmp
     proc = subprocess.run([sys.executable, str(INCONTAINER / "pytest_verifier.py"), "--tests", str(tests)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 3 and "envkit_check" in proc.stderr, proc.stderr[-1000:]
+
+
+def test_the_agents_code_reads_an_empty_stdin_not_the_requests(tmp_path):
+    """A call that reads stdin (a command line given "-") gets end of file at once, as where
+    synth recorded and replayed it; it used to wait on the worker's requests until its timeout."""
+    reads_stdin = "import sys\n" + GOOD.replace("    xs = sorted(xs)\n",
+                                                "    assert sys.stdin.read() == ''\n    xs = sorted(xs)\n")
+    out = verify(tmp_path, reads_stdin, call_timeout=3.0)
+    assert out["reward"] == 1.0 and out["agent_code"]["timeouts"] == 0, out

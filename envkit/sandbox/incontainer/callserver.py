@@ -294,9 +294,15 @@ def worker(log):
     """Runs in the agent's code's process: requests on stdin, replies on a private copy of
     stdout; the agent's own prints go to LOG."""
     proto = os.fdopen(os.dup(1), "w")
+    requests = os.fdopen(os.dup(0), "r")
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    # the agent's code reads an empty stdin, as where synth recorded and replayed its calls (a
+    # call that reads stdin, e.g. a command line's "-", would otherwise wait on the requests)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -340,7 +346,7 @@ def worker(log):
             obj = getattr(obj, attr)
         return obj
 
-    for line in sys.stdin:
+    for line in requests:
         try:
             req = json.loads(line)
             args = decode(req.get("args", []), lambda d: refs[d["$ref"]])
