@@ -699,10 +699,8 @@ def _synth(source_text: str, dest: Path, work: Path, *, max_tasks: int, seed: in
     timings["output_s"] = round(time.monotonic() - t, 2)
     seconds = round(time.monotonic() - t_start, 1)
     provenance = _provenance(source_text, max_tasks, seed, jobs, project, source, config_changes, found, tasks,
-                             drops, by_family, timings | {"total_s": seconds})
-    provenance |= {"tasks": records, "drops": [{"candidate": c.label, "reason": c.drop} for c in found.cands if c.drop]}
-    provenance["traces"]["stored"] = stored
-    provenance["writer"] = dict(rewrites) if writer else None
+                             drops, by_family, timings | {"total_s": seconds}, records=records, stored=stored,
+                             writer=dict(rewrites) if writer else None)
     (dest / "provenance.json").write_text(json.dumps(provenance, indent=1) + "\n")
     (dest / "README.md").write_text(_readme(project, source, len(tasks), by_family, found.figures, test_cmd))
     load_environment(dest)  # the output is an ordinary environment: it must load as one
@@ -861,9 +859,10 @@ def _write_tasks(dest: Path, project: Project, source: Source, name: str, versio
 
 def _provenance(source_text: str, max_tasks: int, seed: int, jobs: int, project: Project, source: Source,
                 config_changes: Any, found: _Search, tasks: list[Candidate], drops: Counter[str],
-                by_family: dict[str, dict[str, int]], timings: dict[str, float]) -> dict[str, Any]:
-    """provenance.json but for what the output step adds (the tasks, the drops, the stored
-    traces and the writer's outcomes)."""
+                by_family: dict[str, dict[str, int]], timings: dict[str, float], *, records: list[dict[str, Any]],
+                stored: int, writer: dict[str, int] | None) -> dict[str, Any]:
+    """provenance.json: ``records``, ``stored`` (tests whose calls the tasks keep) and ``writer``
+    (the rewriter's outcomes) come from the output step."""
     cands, kept, cover = found.cands, found.kept, found.cover
     selected = [len(c.selected) for c in cands if c.selected]
     return {
@@ -877,15 +876,17 @@ def _provenance(source_text: str, max_tasks: int, seed: int, jobs: int, project:
         "candidates": {"sites": found.sites, "tried": len(cands), "untried": found.untried,
                        "checked_not_confirmed": found.not_confirmed, "kept": len(kept), "tasks": len(tasks),
                        "dropped": dict(drops.most_common()), "by_family": by_family},
-        "traces": {"tests": len(found.traces), "stored": None, "cut": found.cut},  # stored: the tasks' own
+        "traces": {"tests": len(found.traces), "stored": stored, "cut": found.cut},
         "coverage": None if cover is None else {
             "functions": len(cover.functions), "outside": len(cover.outside),
             "first_checks_whole_suite": sum(1 for c in cands if c.mutation is not None and c.selected is None
                                             and c.drop != INVALID),
             "tests_per_first_check": round(statistics.fmean(selected), 1) if selected else None,
             "kept_with_unlinked_failures": sum(1 for c in kept if c.unlinked)},
-        "writer": None,
+        "writer": writer,
         "timings": timings,
+        "tasks": records,
+        "drops": [{"candidate": c.label, "reason": c.drop} for c in cands if c.drop],
     }
 
 
