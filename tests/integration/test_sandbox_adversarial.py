@@ -69,17 +69,22 @@ def test_fork_bomb(sandbox, neighbour):
 # A chain of processes, each forking its successor and exiting at once: a listing of /proc may
 # miss it, so the reset may skip its kill-as-the-user (kill(-1), which fork cannot race) only on a
 # witness that no process of the user can be left (helper.py's _quiet_users), which a live chain
-# never gives
-FORK_CHAIN = ("setsid nohup python3 -c \"import os\nwhile True:\n    if os.fork(): os._exit(0)\n\" "
-              ">/dev/null 2>&1 &")
+# never gives. A refused fork (the pids limit, while PID 1 has not yet reaped the exited links) is
+# retried: the chain must stay alive for the test to mean anything
+FORK_CHAIN = ("setsid nohup python3 -c \"import os, time\nwhile True:\n    try:\n        if os.fork(): os._exit(0)\n"
+              "    except OSError:\n        time.sleep(0.01)\n\" >/dev/null 2>&1 &")
 
 
 def test_a_fork_and_exit_chain_does_not_outlive_the_reset(sandbox):
     user = "agent"  # the verifier's processes go the same way (helper.py's EPISODE_UIDS)
     assert sandbox.exec(f"{FORK_CHAIN} echo started", user=user, workdir="/tmp").ok
-    time.sleep(0.5)
     count = f"ps -e -o user= | grep -c '^{user}' || true"
-    assert int(sandbox.exec(count, user="root", workdir="/").stdout) >= 1  # the chain runs
+    deadline = time.monotonic() + 10  # python3 may take a while to start on a loaded machine
+    while int(sandbox.exec(count, user="root", workdir="/").stdout) == 0:
+        assert time.monotonic() < deadline, "the chain never ran"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert int(sandbox.exec(count, user="root", workdir="/").stdout) >= 1  # and keeps running
     for seed in (1, 2, 3):  # each reset must end it; a chain that slipped through one shows at the next count
         sandbox.reset(seed)
         time.sleep(0.2)
