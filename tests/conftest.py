@@ -9,10 +9,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,43 @@ def envkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, time
     environment plus ``env``, output captured as text."""
     return subprocess.run([sys.executable, "-m", "envkit.cli.app", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, **(env or {})}, timeout=timeout, input=stdin)
+
+
+# Slow preparations that need nothing but CPU start once collection shows a test will use them, at
+# nice 19: they take the cores the suite leaves idle (Docker and vLLM waits) instead of the time of
+# the test that needs them (the lookup warm-up: 130 s of the learning test's 490 s in CI).
+BACKGROUND_MODELS = {"test_the_multi_turn_environment_learns":
+                     ("tiny-lookup", ("--warmup", "lookup", "--warmup-steps", "1000"))}  # as docs/train.md
+_background: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    wanted = {item.originalname for item in session.items if isinstance(item, pytest.Function)}
+    for test in sorted(wanted & set(BACKGROUND_MODELS)):
+        name, args = BACKGROUND_MODELS[test]
+        work = Path(tempfile.mkdtemp(prefix="envkit-tests-"))
+        with (work / "out.json").open("wb") as out, (work / "err.log").open("wb") as err:
+            proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "envkit.cli.app", "model", "tiny",
+                                     str(work / name), *args, "--json"], stdout=out, stderr=err, cwd=ROOT,
+                                    stdin=subprocess.DEVNULL)
+        _background[test] = (proc, work, time.monotonic())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for proc, work, _ in _background.values():
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def background_model(test: str, timeout: float = 1200) -> tuple[Path, dict, float]:
+    """The model BACKGROUND_MODELS prepares for ``test``: its folder, `envkit model tiny --json`'s
+    output and the seconds since it started."""
+    proc, work, started = _background[test]
+    proc.wait(timeout=timeout)
+    assert proc.returncode == 0, (work / "err.log").read_text()[-3000:]
+    info = json.loads((work / "out.json").read_text())
+    return Path(info["folder"]), info, time.monotonic() - started
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from rl_runner.metrics import StepMetrics, read_metrics
 from rl_runner.policy.tiny import TinySpec, write_tiny_model
 from rl_runner.rollout.trajectory import read_jsonl
 
-from ..conftest import ROOT, envkit
+from ..conftest import ROOT, background_model, envkit
 
 pytestmark = [pytest.mark.vllm, pytest.mark.docker, pytest.mark.slow]
 
@@ -112,9 +112,8 @@ def test_the_multi_turn_environment_learns(tmp_path: Path):
     from rl_runner.recipes.config import load_recipe
     from rl_runner.recipes.grpo import train
 
-    model = tmp_path / "tiny-lookup"
     t0 = time.monotonic()
-    info = write_tiny_model(model, TinySpec(seed=0), warmup_steps=1000, warmup="lookup")  # as docs/train.md
+    model, info, since = background_model("test_the_multi_turn_environment_learns")  # warmed up as docs/train.md
     warmed = time.monotonic() - t0
     # RL teaches which key to look up, not to copy: a model that cannot copy a code word never earns a reward
     assert info["warmup_answer_copied"] >= 0.9, info
@@ -122,7 +121,8 @@ def test_the_multi_turn_environment_learns(tmp_path: Path):
     run = train(recipe)
     trained = time.monotonic() - t0 - warmed
     means = [m.reward.mean for m in run.metrics]
-    seen = {"rewards": means, "warm-up s": round(warmed), "train s": round(trained)}
+    seen = {"rewards": means, "waited for the warm-up s": round(warmed), "warm-up started s ago": round(since),
+            "train s": round(trained)}
     # it copies every code word, so it starts at P(`./lookup code`) ≈ 1/16 (0.094 = 12 of 128 here, 2026-12-06)
     assert run.eval_before is not None and run.eval_before["mean"] < 0.15, (run.eval_before, seen)
     assert run.eval is not None and run.eval["mean"] > 0.5, (run.eval, seen)
