@@ -83,6 +83,7 @@ class WarmPool:
         self.size = size
         self.reuse = reuse
         self._held = 0
+        self._checking = 0  # taken from _ready, health check not yet done: still counted toward size
         self.alive = Occupancy()  # sandboxes that exist (being created, ready, held, being destroyed)
         self.held = Occupancy()  # sandboxes handed out and not yet released
         self.prepare = prepare
@@ -119,7 +120,7 @@ class WarmPool:
 
     def _counted(self) -> int:
         """What counts toward ``size`` (holding ``_cv``): ready and being created, plus held with reuse."""
-        return len(self._ready) + self._in_flight + (self._held if self.reuse else 0)
+        return len(self._ready) + self._in_flight + self._checking + (self._held if self.reuse else 0)
 
     def _create_one(self) -> None:
         t0 = time.monotonic()
@@ -205,6 +206,7 @@ class WarmPool:
                                                last_error=self.stats.last_error)
                         self._cv.wait(left)
                     sandbox = self._ready.popleft()
+                    self._checking += 1
                     if first:
                         self.stats.hits += 1
                     self._cv.notify_all()
@@ -218,17 +220,29 @@ class WarmPool:
                     self.alive.add(-1)
                     raise
                 return self._hand_out(sandbox)
-            if self.health(sandbox):
-                return self._hand_out(sandbox)
+            try:
+                healthy = self.health(sandbox)
+            except BaseException:
+                with self._cv:
+                    self._checking -= 1
+                    self._cv.notify_all()
+                self._workers.submit(self._destroy, sandbox)
+                raise
+            if healthy:
+                return self._hand_out(sandbox, checked=True)
             with self._cv:
+                self._checking -= 1
                 self.stats.unhealthy += 1
+                self._cv.notify_all()
             self._workers.submit(self._destroy, sandbox)
 
-    def _hand_out(self, sandbox: Any) -> Any:
+    def _hand_out(self, sandbox: Any, *, checked: bool = False) -> Any:
         with self._cv:
+            self._checking -= checked  # from checking to held in one step: the filler never sees a gap
             self._held += 1
             if id(sandbox) in self._used:
                 self.stats.reused += 1
+            self._cv.notify_all()  # without reuse, a held sandbox no longer counts: the filler replaces it
         self.held.add(1)
         return sandbox
 

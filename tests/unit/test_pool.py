@@ -83,6 +83,26 @@ def test_unhealthy_sandbox_is_replaced_not_handed_out():
         assert pool.stats.unhealthy == 1
 
 
+def test_a_reusing_pool_never_holds_more_than_its_size_during_health_checks():
+    """A sandbox taken from the ready queue still counts while its health is checked: the
+    filler must not start a replacement for it (CI, 2026-12-07: a slow check under load let a
+    pool of 6 make 8 containers for 8 episodes and reuse none)."""
+    factory = Factory()
+
+    def slow_health(sb: FakeSandbox) -> bool:
+        time.sleep(0.05)
+        return sb.alive()
+
+    with WarmPool(factory, 2, reuse=True, max_create_per_s=1000, health=slow_health) as pool:
+        assert pool.wait_ready(timeout=5)
+        for _ in range(6):
+            a, b = pool.acquire(timeout=5), pool.acquire(timeout=5)
+            pool.release(a, reusable=True)
+            pool.release(b, reusable=True)
+        time.sleep(0.1)  # what the filler would have started meanwhile
+        assert len(factory.made) == 2 and pool.stats.reused == 10, (len(factory.made), pool.stats)
+
+
 def test_failed_creations_are_retried_and_recorded():
     factory = Factory(fail_first=2)
     with WarmPool(factory, 1, max_create_per_s=100) as pool:
