@@ -259,3 +259,17 @@ def test_the_agents_code_reads_an_empty_stdin_not_the_requests(tmp_path):
                                                 "    assert sys.stdin.read() == ''\n    xs = sorted(xs)\n")
     out = verify(tmp_path, reads_stdin, call_timeout=3.0)
     assert out["reward"] == 1.0 and out["agent_code"]["timeouts"] == 0, out
+
+
+def test_the_agents_code_iterates_sets_in_the_recorded_order(tmp_path):
+    """Calls are recorded under PYTHONHASHSEED=0 (suite_runner); the worker that replays them
+    runs the agent's code under the same seed, so a set of strings iterates in the recorded
+    order (a random seed made the pristine fix fail pathspec's replays, 2026-12-07)."""
+    words = [f"w{i}" for i in range(40)]
+    order = subprocess.run([sys.executable, "-c", f"print(list(set({words!r})))"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONHASHSEED": "0"}, check=True).stdout.strip()
+    seeded = f"SEEDED = list(set({words!r})) == {order}\n" + GOOD.replace(
+        "    xs = sorted(xs)\n", "    assert SEEDED, 'sets iterate in another order than when recorded'\n"
+                              "    xs = sorted(xs)\n")
+    out = verify(tmp_path, seeded)
+    assert out["reward"] == 1.0, out

@@ -32,8 +32,13 @@ WORKSPACE = os.environ.get("ENVKIT_WORKSPACE", "/workspace")
 OUTPUT_CAP = 64 * 1024
 READ_CAP = 16 * 1024 * 1024
 IDLE_EXIT_S = 300.0
+# The whole environment of the agent's code, set here (nothing inherited). PYTHONHASHSEED as where
+# synth recorded the calls (suite_runner.CLEAN_ENV): a set of strings iterates in the order it
+# had then, so a replayed call that yields its members gives the recorded sequence (pathspec,
+# 2026-12-07: the task's own fix scored 0 on 3 of 6 tasks, its generator's order drawn anew)
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
-       "HOME": os.environ.get("HOME", "/home/agent"), "PYTHONDONTWRITEBYTECODE": "1", "ENVKIT_WORKSPACE": WORKSPACE}
+       "HOME": os.environ.get("HOME", "/home/agent"), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0",
+       "ENVKIT_WORKSPACE": WORKSPACE}
 
 
 # -- the server -------------------------------------------------------------------------------------
@@ -120,7 +125,8 @@ class Worker:
     def start(self):
         fd, self.log = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=self.server.folder)
         os.close(fd)
-        self.proc = subprocess.Popen([sys.executable, "-I", "-B", os.path.abspath(__file__), "worker", self.log],
+        # -s -P (and ENV, built above) rather than -I, which would also ignore PYTHONHASHSEED
+        self.proc = subprocess.Popen([sys.executable, "-s", "-P", "-B", os.path.abspath(__file__), "worker", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=WORKSPACE if os.path.isdir(WORKSPACE) else "/", env=ENV,
                                      start_new_session=True)
