@@ -589,6 +589,31 @@ def test_the_verifier_replays_keywords_named_like_calls_own_and_refuses_data_for
     assert out == [1, 2] and objects == [] and not calltrace.same(out, {"$gen": 1})
 
 
+def test_the_suite_verifier_runs_under_the_hash_seed_the_calls_were_recorded_with(monkeypatch):
+    """calltrace.replay rebuilds a recorded set in the verifier's process and sends it on in that
+    process's order: under a random seed a generator over it yielded another sequence and the
+    task's own fix scored 0 at random (pathspec, 2 of 6 tasks). The verifier starts itself again
+    under PYTHONHASHSEED=0 (suite_runner.CLEAN_ENV) when its hashing is randomised."""
+    import runpy
+
+    path = ROOT / "envkit" / "sandbox" / "incontainer" / "suite_verifier.py"
+    calls = []
+
+    def execve(exe, argv, env):
+        calls.append((argv, env))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", execve)
+    monkeypatch.setattr(sys, "argv", [str(path), "--suite", "/nonexistent"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(path), run_name="__main__")
+    if sys.flags.hash_randomization:
+        assert calls and calls[0][0][1:] == [str(path), "--suite", "/nonexistent"], calls
+        assert calls[0][1]["PYTHONHASHSEED"] == "0"
+    else:  # this test process already runs under a fixed seed: nothing to do
+        assert calls == []
+
+
 def test_every_file_of_the_bundled_environments_is_in_git():
     """A project's own .gitignore (isodate's ignores its generated version.py) must not drop a file
     from a bundled environment: a clean clone would hold a project that does not import."""
