@@ -126,7 +126,9 @@ class Worker:
         fd, self.log = tempfile.mkstemp(prefix="worker-", suffix=".log", dir=self.server.folder)
         os.close(fd)
         # -s -P (and ENV, built above) rather than -I, which would also ignore PYTHONHASHSEED
-        self.proc = subprocess.Popen([sys.executable, "-s", "-P", "-B", os.path.abspath(__file__), "worker", self.log],
+        # (-P, no script folder on the path, is Python 3.11's; this one's folder is put there anyway)
+        flags = ["-s", "-B", *(["-P"] if sys.version_info >= (3, 11) else [])]
+        self.proc = subprocess.Popen([sys.executable, *flags, os.path.abspath(__file__), "worker", self.log],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=WORKSPACE if os.path.isdir(WORKSPACE) else "/", env=ENV,
                                      start_new_session=True)
