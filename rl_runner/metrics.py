@@ -68,6 +68,11 @@ class BatchStats:
     carried_groups: int | None = None
     late_trajectories: int | None = None  # members whose group entered an earlier batch (partial groups)
     aborted_episodes: int | None = None
+    # at the batch's close: seconds run so far by episodes still running (late members of
+    # delivered groups apart) and the work of finished members of groups not yet ready
+    in_flight_s: float | None = None
+    in_flight_late_s: float | None = None
+    finished_undelivered_s: float | None = None
     inference_idle_share: float | None = None
     sandbox_utilisation: float | None = None
     prefix_hit_rate: float | None = None

@@ -295,14 +295,16 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
                         f"{s['group_size']}, concurrency {s['concurrency']}, {s['replicas']} vLLM replica(s), "
                         f"pool {s['pool_size']}, {s['env']}, {s['cpus']} CPUs, {s['backend']} backend)")
     cols = ("policy", "TTB s", "×naive", "/ideal", "traj p50", "p90", "p99", "stragg wait", "slots idle",
-            "infer idle", "sbx util", "prefix hit", "stretch", "CPU-s/traj", "late", "carried", "retried", "excl")
+            "running at end", "infer idle", "sbx util", "prefix hit", "stretch", "CPU-s/traj", "late", "carried",
+            "retried", "excl")
     for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in result["rows"]:
         t = r["trajectory_s"]
         table.add_row(r["policy"], f"{r['ttb_s']:.1f}", f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}",
                       f"{t['p50']:.1f}", f"{t['p90']:.1f}", f"{t['p99']:.1f}", _share(r["straggler_wait_share"]),
-                      _share(r["slot_idle_share"]), _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
+                      _share(r["slot_idle_share"]), _share(r["slot_time"].get("in_flight_at_end")),
+                      _share(r["inference_idle_share"]), _share(r["sandbox_utilisation"]),
                       _share(r["prefix_cache"]["prefix_hit_rate"]), _num(r.get("command_stretch"), "×"),
                       _cpu(r.get("host_cpu_s_per_trajectory")), str(r.get("late", 0)), str(r["left_groups"]),
                       str(r["retries"]),
@@ -313,8 +315,8 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
                              f"each episode sleeps its drawn work; run at time scale {result['replay'][0]['scale']:g}, "
                              "shown at scale 1)")
         for col in ("policy (replay)", "TTB s", "per batch s", "×naive", "/ideal", "ideal s", "stragg wait",
-                    "slots idle", "late", "work mean: batches / admitted", "reward: batches / admitted",
-                    "baseline shift"):
+                    "slots idle", "running at end", "late", "work mean: batches / admitted",
+                    "reward: batches / admitted", "baseline shift"):
             replay.add_column(col, justify="left" if col.startswith("policy") else "right")
         for r in result["replay"]:
             b = r["bias"]
@@ -322,7 +324,8 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
             replay.add_row(f"{r['policy']} (replay)", f"{r['ttb_s']:.1f}",
                            ", ".join(f"{x:.1f}" for x in r["ttb_per_batch_s"]),
                            f"{r['speedup_vs_naive']:.2f}", f"{r['ttb_over_ideal']:.2f}", f"{r['ideal_s']:.1f}",
-                           _share(r["straggler_wait_share"]), _share(r["slot_idle_share"]), str(r["late"]),
+                           _share(r["straggler_wait_share"]), _share(r["slot_idle_share"]),
+                           _share(r["slot_time"].get("in_flight_at_end")), str(r["late"]),
                            f"{b['work_s']['delivered']['mean']:.1f} / {b['work_s']['groups_admitted']['mean']:.1f}",
                            f"{b['reward_mean']['delivered']:.3f} / {b['reward_mean']['groups_admitted']:.3f}",
                            "" if shift is None else f"{shift:+.3f} ({b['partial_groups']} groups)")
@@ -330,7 +333,8 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
         console.print("[dim]replay reward: 1 when an episode's drawn work is at most the workload's median, so batches "
                       "that favour short episodes show a mean above the admitted groups'; baseline shift: for groups "
                       "that entered a batch with members missing, the reward mean of the members that came first "
-                      "minus the whole group's[/]")
+                      "minus the whole group's; running at end: the share of the slot-time spent on episodes "
+                      "still running when the last batch closed (work a longer run delivers later)[/]")
     if s.get("partition"):
         from rl_runner.partition import describe
 

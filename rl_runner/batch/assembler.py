@@ -50,7 +50,7 @@ from envkit.occupancy import Occupancy
 from rl_runner.metrics import pct
 from rl_runner.rollout.trajectory import Trajectory
 
-__all__ = ["ABLATION", "NAIVE", "OPTIMIZED", "AssemblyPolicy", "Assembler", "Batch", "work_s"]
+__all__ = ["ABLATION", "NAIVE", "OPTIMIZED", "AssemblyPolicy", "Assembler", "Batch", "slot_time_split", "work_s"]
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,7 @@ class Assembler:
         self.stopping = False
         self.n_running = 0
         self.running = Occupancy(clock)  # episodes running: the slots in use
+        self.started_at: dict[tuple[int, int], float] = {}  # episodes running: when each started
         self.errors: list[BaseException] = []
         self.aborted: list[Trajectory] = []
         self.batches = 0
@@ -171,6 +172,7 @@ class Assembler:
             (self.groups.get(g) or self.delivered[g]).started += 1
             self.n_running += 1
             self.running.add(1)
+            self.started_at[(g, i)] = self.clock()
             self.executor.submit(self._run, g, i)
 
     def _run(self, g: int, i: int) -> None:
@@ -184,6 +186,7 @@ class Assembler:
         with self.cv:
             self.n_running -= 1
             self.running.add(-1)
+            self.started_at.pop((g, i), None)
             if error is not None:
                 self.errors.append(error)
             elif g in self.delivered:  # a late member: its group is in an earlier batch
@@ -259,14 +262,28 @@ class Assembler:
                             del self.groups[g]
             aborted, self.aborted = self.aborted, []
             carried = sum(1 for grp in self.groups.values() if grp.started and not grp.aborted)
+            backlog = self._backlog(t_close)
             self.wanted = False
             self.batches += 1
             self._pump()
             self.cv.notify_all()
         batch = Batch(self.batches, groups, t_open, t_close, aborted, late=len(late))
-        batch.stats = self.window_stats(batch, carried_groups=carried)
+        batch.stats = self.window_stats(batch, carried_groups=carried) | backlog
         self.running.forget_before(t_open)
         return batch
+
+    def _backlog(self, now: float) -> dict[str, float]:
+        """Slot-time spent on work no batch holds yet, at ``now`` (holding ``cv``): episodes
+        still running (those of groups already delivered, the late members, apart) and
+        finished members of groups not ready yet. A run that stops here never delivers it;
+        a longer one delivers it in its next batches (:func:`slot_time_split`)."""
+        late = sum(now - t for (g, _i), t in self.started_at.items() if g in self.delivered)
+        running = sum(now - t for t in self.started_at.values())
+        finished = sum(work_s(m) for grp in self.groups.values() if not grp.aborted
+                       for m in grp.members if m is not None)
+        finished += sum(work_s(t) for t in self.late)
+        return {"in_flight_s": round(running, 3), "in_flight_late_s": round(late, 3),
+                "finished_undelivered_s": round(finished, 3)}
 
     def window_stats(self, batch: Batch, *, carried_groups: int = 0) -> dict[str, Any]:
         trajs = batch.trajectories
@@ -308,6 +325,23 @@ class Assembler:
                     "late_undelivered": len(self.late),  # late members finished after the last batch
                     "aborted_unreported": len(self.aborted)}
         return left
+
+
+def slot_time_split(batches: list[Batch], concurrency: int) -> dict[str, float | None]:
+    """Where the slot-time of consecutive batches (``concurrency`` × their TTBs) went, as
+    shares: the delivered trajectories' work (1 / TTB-over-ideal), episodes still running when
+    the last batch closed (of which late members of delivered groups), finished members of
+    groups not yet ready then, and the rest (slots idle, waits for a sandbox, aborted work)."""
+    total = concurrency * sum(b.ttb_s for b in batches)
+    if not batches or total <= 0:
+        return {}
+    last = batches[-1].stats
+    parts = {"delivered": sum(work_s(t) for b in batches for t in b.trajectories),
+             "in_flight_at_end": last.get("in_flight_s", 0.0),
+             "of_which_late_members": last.get("in_flight_late_s", 0.0),
+             "finished_undelivered_at_end": last.get("finished_undelivered_s", 0.0)}
+    rest = total - parts["delivered"] - parts["in_flight_at_end"] - parts["finished_undelivered_at_end"]
+    return {k: round(v / total, 4) for k, v in parts.items()} | {"other": round(rest / total, 4)}
 
 
 def _excluded(grp: _Group) -> list[Trajectory]:

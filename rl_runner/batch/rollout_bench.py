@@ -32,7 +32,7 @@ from envkit.errors import UserError
 from envkit.runtime import EnvRuntime
 from envkit.sandbox_bench import core_seconds
 from envkit.spec import LoadedEnvironment
-from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, work_s
+from rl_runner.batch.assembler import ABLATION, Assembler, AssemblyPolicy, Batch, slot_time_split, work_s
 from rl_runner.batch.workload import WorkloadParams, draw_script, scripted_episode
 from rl_runner.distributed.rollouts import RayPlacement, Rollouts, open_rollouts
 from rl_runner.metrics import pct
@@ -127,6 +127,7 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
         "trajectory_s": {"p50": pct(times, 50), "p90": pct(times, 90), "p99": pct(times, 99)},
         "straggler_wait_share": _mean(r["straggler_wait_share"] for r in rows),
         "slot_idle_share": _mean(r["slot_idle_share"] for r in rows),
+        "slot_time": slot_time_split(got, concurrency),
         "inference_idle_share": _mean(r["inference_idle_share"] for r in rows),
         "sandbox_utilisation": _mean(r["sandbox_utilisation"] for r in rows),
         "sandboxes": stats,
@@ -201,6 +202,7 @@ def replay_policy(policy: AssemblyPolicy, *, trajectories: int, group_size: int,
             "ttb_over_ideal": round(statistics.fmean(ttbs) / ideal, 3) if ideal > 0 else None,
             "straggler_wait_share": _mean(b.stats["straggler_wait_share"] for b in got),
             "slot_idle_share": _mean(b.stats["slot_idle_share"] for b in got),
+            "slot_time": slot_time_split(got, concurrency),
             "late": sum(b.late for b in got),
             "bias": admission_bias(got, drawn, group_size, median)}
 

@@ -326,3 +326,42 @@ def test_the_replay_runs_the_assembler_alone_on_the_workloads_drawn_durations():
     # the first naive batch is its 16 scripts (groups 0-3), so it lasts at least its longest one
     longest = max(draw_script(params, random.Random(f"3:{g}:{i}")).tool_s for g in range(4) for i in range(4))
     assert rows[0]["ttb_per_batch_s"][0] >= longest * 0.95
+
+
+def test_the_slot_time_split_counts_what_is_still_running_when_the_last_batch_closes():
+    from rl_runner.batch.assembler import slot_time_split
+
+    now = [0.0]
+    go = {0: threading.Event(), 1: threading.Event()}
+    started: list[tuple[int, int]] = []
+
+    def episode(g: int, i: int, cancel: threading.Event) -> Trajectory:
+        started.append((g, i))
+        while not (go[g].wait(0.005) or cancel.is_set()):
+            pass
+        t = Trajectory(env_ref="e", image_digest="sha256:x", task_id="t", seed=g, group_id=f"g{g}")
+        t.timings = {"episode_s": 10.0, "work_s": 10.0}
+        t.reward = 1.0
+        return mark_aborted(t) if cancel.is_set() and not go[g].is_set() else t
+
+    # groups of 2, one a batch, 3 slots: both members of group 0 and the first of group 1 start at t=0
+    asm = Assembler(episode, group_size=2, groups_per_batch=1, concurrency=3, policy=OPTIMIZED, clock=lambda: now[0])
+    got = []
+    try:
+        asm.start()
+        waiter = threading.Thread(target=lambda: got.append(asm.next_batch()))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while (len(started) < 3 or not asm.wanted) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        now[0] = 10.0
+        go[0].set()  # group 0 done at t=10; group 1's first member has run 10 s and goes on
+        waiter.join(10)
+    finally:
+        go[1].set()
+        asm.stop()
+    assert len(got) == 1 and got[0].ttb_s == 10.0
+    assert got[0].stats["in_flight_s"] == 10.0 and got[0].stats["finished_undelivered_s"] == 0.0
+    # 3 slots x 10 s: group 0's 20 s delivered, 10 s still running
+    assert slot_time_split(got, 3) == {"delivered": 0.6667, "in_flight_at_end": 0.3333, "of_which_late_members": 0.0,
+                                       "finished_undelivered_at_end": 0.0, "other": 0.0}

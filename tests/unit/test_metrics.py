@@ -68,6 +68,10 @@ def test_a_metrics_jsonl_written_before_the_typed_records_reads_back_typed(tmp_p
     assert old.failures.by_env_version[ENV].first_attempt_failures is None  # an older run lacks the field
 
 
+# batch fields added since the fixture's version (the assembler's backlog at a batch's close)
+_BATCH_ADDED = ("in_flight_s", "in_flight_late_s", "finished_undelivered_s")
+
+
 def test_what_is_written_is_what_the_previous_version_wrote() -> None:
     lines = V0.read_text().splitlines()
     for line in lines[:3]:
@@ -77,6 +81,7 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
         assert out["train"].pop("kl_ref") is None
         assert out.pop("signal") == asdict(Signal())
         assert out["batch"].pop("late_trajectories") is None
+        assert all(out["batch"].pop(k) is None for k in _BATCH_ADDED)
         assert json.dumps(out, sort_keys=True) == line  # byte for byte
     old = json.loads(lines[3])
     again = StepMetrics.from_dict(old).to_dict()
@@ -85,6 +90,8 @@ def test_what_is_written_is_what_the_previous_version_wrote() -> None:
     again["train"].pop("kl_ref")
     again.pop("signal")
     again["batch"].pop("late_trajectories")
+    for k in _BATCH_ADDED:
+        again["batch"].pop(k)
     assert again["mismatch"] == {}
     old["failures"]["by_env_version"][ENV]["first_attempt_failures"] = None  # the one field it lacked, now written
     assert again == old
@@ -224,7 +231,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     assert d["mismatch"] == {}  # no probe
     assert d["mismatch_batch"] == pytest.approx({"kl": 0.08 / 9, "max_abs": 0.3, "tokens": 9})
     assert (d["train"] == train and d["publish"] == pub.to_dict()
-            and d["batch"] == first_line["batch"] | {"late_trajectories": None})
+            and d["batch"] == first_line["batch"] | {"late_trajectories": None} | dict.fromkeys(_BATCH_ADDED))
     # throughput over the step's 4 s: every episode of it, the refused batch's too
     assert d["throughput"] == {"step_s": 4.0, "generated_tokens": 3, "generated_tokens_per_s": 0.75, "trajectories": 6,
                                "trajectories_per_s": 1.5}
@@ -239,6 +246,7 @@ def test_the_step_record_pins_its_numbers_and_keeps_todays_keys(step: dict[str, 
     d["mismatch"] = asdict(Mismatch(kl=0.0, max_abs=0.0, tokens=1, round_trip_ok=True))
     assert keys(d) - keys(first_line) == ({f".throughput.{k}" for k in asdict(Throughput())}
                                           | {".train.updated", ".train.kl_ref", ".batch.late_trajectories"}
+                                          | {f".batch.{k}" for k in _BATCH_ADDED}
                                           | {f".signal.{k}" for k in asdict(Signal())})  # added since
     assert keys(first_line) <= keys(d)
 
