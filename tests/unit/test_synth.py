@@ -589,6 +589,39 @@ def test_the_verifier_replays_keywords_named_like_calls_own_and_refuses_data_for
     assert out == [1, 2] and objects == [] and not calltrace.same(out, {"$gen": 1})
 
 
+def test_the_suite_verifier_stops_at_the_first_differing_call_and_runs_no_suite_then(monkeypatch, tmp_path, capsys):
+    """A replayed call that differs decides the reward (0): the rest of the replay and the
+    project's suite (minutes for a large one) are not run."""
+    verifier = _load("suite_verifier")
+    (tmp_path / "suite.json").write_text(json.dumps({"tests": ["t::a", "t::b", "t::c", "t::p"], "files": []}))
+    (tmp_path / "traces.json").write_text(json.dumps({t: [{"t": "pkg.f"}] for t in ("t::a", "t::b", "t::c")}))
+    replayed, suites = [], []
+
+    def replay(steps, invoke):
+        replayed.append(steps)
+        return (1, None) if len(replayed) == 1 else (0, {"step": 0, "why": "value"})
+
+    monkeypatch.setattr(verifier, "replay", replay)
+    monkeypatch.setattr(verifier, "run_suite", lambda *a: suites.append(a) or (set(), None))
+    monkeypatch.setattr(verifier.envkit_check, "end_session", lambda: None)
+    monkeypatch.setattr(verifier.envkit_check, "stats", lambda: {})
+    monkeypatch.setenv("ENVKIT_TASK_PARAMS", json.dumps({"fail_to_pass": ["t::a", "t::b", "t::c"]}))
+    monkeypatch.setattr(sys, "argv", ["suite_verifier", "--suite", str(tmp_path)])
+    assert verifier.main() == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out["reward"] == 0.0 and len(replayed) == 2 and suites == []
+    assert out["replay"]["replayed"] == 2
+    assert out["replay"]["mismatches"] == [{"test": "t::b", "step": 0, "why": "value"}]
+    assert out["pass_to_pass"] == {"total": 1, "failed": None} and out["suite"].startswith("not run")
+
+    replayed.clear()  # every call matches: the suite decides
+    monkeypatch.setattr(verifier, "replay", lambda steps, invoke: replayed.append(steps) or (1, None))
+    assert verifier.main() == 0
+    out = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert out["reward"] == 1.0 and len(replayed) == 3 and len(suites) == 1
+    assert suites[0][2] == ["t::a", "t::b", "t::c", "t::p"]
+
+
 def test_the_suite_verifier_runs_under_the_hash_seed_the_calls_were_recorded_with(monkeypatch):
     """calltrace.replay rebuilds a recorded set in the verifier's process and sends it on in that
     process's order: under a random seed a generator over it yielded another sequence and the

@@ -19,6 +19,11 @@ fail-to-pass tests; every other test of the suite's baseline is pass-to-pass. Th
 
 ``suite.json``: ``{"tests": [ids], "files": [paths of the test tree], "repo": folder in /env,
 "pytest_args": [...], "timeout_s": N}``; ``traces.json``: ``{id: [steps]}``.
+Part 1 runs first and stops at the first test whose calls differ; the suite (part 2, seconds
+to minutes for a large project) runs only when every replayed call matched: the reward is 0
+either way, and most episodes of an unfinished policy (and the null agent and most probes in
+``envkit validate``) end there. Their report says so: ``"suite": "not run: …"`` and ``None``
+for the suite's counts.
 Last stdout line: ``{"reward", "fail_to_pass", "pass_to_pass", "replay", "agent_code"}``.
 A missing suite file or a task without fail-to-pass tests is the environment's problem: exit 3.
 """
@@ -106,8 +111,10 @@ def _remotes(value):
 
 
 def replay_tests(ids, traces):
-    checked, mismatches = 0, []
+    """Each test's recorded calls, test after test, up to the first test whose calls differ."""
+    checked, replayed, mismatches = 0, 0, []
     for test in ids:
+        replayed += 1
         try:
             n, mismatch = replay(traces.get(test) or [], invoke)
         except AgentError as e:  # e.g. an object of a worker that was replaced
@@ -117,7 +124,9 @@ def replay_tests(ids, traces):
         checked += n
         if mismatch is not None:
             mismatches.append({"test": test, **mismatch})
-    return {"tests": len(ids), "steps_matched": checked, "mismatches": mismatches[:5], "failed": len(mismatches)}
+            break
+    return {"tests": len(ids), "replayed": replayed, "steps_matched": checked, "mismatches": mismatches,
+            "failed": len(mismatches)}
 
 
 def run_suite(suite, root, ids, timeout):
@@ -171,6 +180,12 @@ def main():
     root = os.path.join(os.path.dirname(os.path.abspath(args.suite)), suite.get("repo", "repo"))
 
     replayed = replay_tests(f2p, traces)
+    if replayed["failed"]:
+        print(json.dumps({"reward": 0.0, "fail_to_pass": {"total": len(f2p), "failed": None},
+                          "pass_to_pass": {"total": len(p2p), "failed": None}, "replay": replayed,
+                          "suite": "not run: a replayed call already differs from the pristine project's",
+                          "agent_code": envkit_check.stats()}))
+        return 0
     try:
         not_passed, why = run_suite(suite, root, f2p + p2p, float(suite.get("timeout_s", 120)))
     except (OSError, ValueError) as e:
@@ -180,7 +195,7 @@ def main():
     else:
         f2p_failed = sum(1 for t in f2p if t in not_passed)
         p2p_failed = sum(1 for t in p2p if t in not_passed)
-    ok = replayed["failed"] == 0 and not_passed is not None and f2p_failed == 0 and p2p_failed == 0
+    ok = not_passed is not None and f2p_failed == 0 and p2p_failed == 0
     out = {"reward": 1.0 if ok else 0.0,
            "fail_to_pass": {"total": len(f2p), "failed": f2p_failed},
            "pass_to_pass": {"total": len(p2p), "failed": p2p_failed},
