@@ -26,7 +26,8 @@ def stored_bytes(env_dir: Path) -> dict[str, int]:
     """What the environment stores per task (its line, patch, fix and recorded calls) and what
     it stores once (the project, the suite's list, the lock)."""
     per_task = sum(p.stat().st_size for folder in ("bugs", "fixes") for p in (env_dir / folder).glob("*.diff"))
-    per_task += (env_dir / "tasks.jsonl").stat().st_size + (env_dir / "suite" / "traces.json").stat().st_size
+    traces = next(p for p in (env_dir / "suite" / "traces.json.gz", env_dir / "suite" / "traces.json") if p.is_file())
+    per_task += (env_dir / "tasks.jsonl").stat().st_size + traces.stat().st_size
     shared = sum(p.stat().st_size for p in (env_dir / "repo").rglob("*") if p.is_file())
     shared += (env_dir / "suite" / "suite.json").stat().st_size + (env_dir / "python.lock").stat().st_size
     return {"per_task_total": per_task, "shared": shared}

@@ -6,6 +6,7 @@ the spec's refusal of hidden tests that import the workspace."""
 from __future__ import annotations
 
 import difflib
+import gzip
 import hashlib
 import importlib.util
 import io
@@ -594,7 +595,10 @@ def test_the_suite_verifier_stops_at_the_first_differing_call_and_runs_no_suite_
     project's suite (minutes for a large one) are not run."""
     verifier = _load("suite_verifier")
     (tmp_path / "suite.json").write_text(json.dumps({"tests": ["t::a", "t::b", "t::c", "t::p"], "files": []}))
-    (tmp_path / "traces.json").write_text(json.dumps({t: [{"t": "pkg.f"}] for t in ("t::a", "t::b", "t::c")}))
+    recorded = {t: [{"t": "pkg.f"}] for t in ("t::a", "t::b", "t::c")}
+    (tmp_path / "traces.json.gz").write_bytes(gzip.compress(json.dumps(recorded).encode()))  # what synth writes
+    (tmp_path / "traces.json").write_text("{}")  # an older environment's file: the .gz one wins
+    assert verifier.read_traces(str(tmp_path)) == recorded
     replayed, suites = [], []
 
     def replay(steps, invoke):

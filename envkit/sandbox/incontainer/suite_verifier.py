@@ -18,7 +18,7 @@ fail-to-pass tests; every other test of the suite's baseline is pass-to-pass. Th
    cannot pass part 1 without answering the recorded calls right.
 
 ``suite.json``: ``{"tests": [ids], "files": [paths of the test tree], "repo": folder in /env,
-"pytest_args": [...], "timeout_s": N}``; ``traces.json``: ``{id: [steps]}``.
+"pytest_args": [...], "timeout_s": N}``; ``traces.json.gz`` (or ``traces.json``): ``{id: [steps]}``.
 Part 1 runs first and stops at the first test whose calls differ; the suite (part 2, seconds
 to minutes for a large project) runs only when every replayed call matched: the reward is 0
 either way, and most episodes of an unfinished policy (and the null agent and most probes in
@@ -29,6 +29,7 @@ A missing suite file or a task without fail-to-pass tests is the environment's p
 """
 
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -40,6 +41,16 @@ from calltrace import replay  # noqa: E402
 from envkit_check import AgentError, Remote  # noqa: E402
 
 MAX_FILES_BYTES = 24 * 1024 * 1024
+
+
+def read_traces(folder):
+    """The recorded calls: ``traces.json.gz`` (what envkit synth writes), else ``traces.json``."""
+    packed = os.path.join(folder, "traces.json.gz")
+    if os.path.exists(packed):
+        with gzip.open(packed, "rt", encoding="utf-8") as f:
+            return json.load(f)
+    with open(os.path.join(folder, "traces.json"), encoding="utf-8") as f:
+        return json.load(f)
 
 
 def fail(message):
@@ -163,14 +174,13 @@ def run_suite(suite, root, ids, timeout):
 
 def main():
     parser = argparse.ArgumentParser(prog="suite_verifier")
-    parser.add_argument("--suite", required=True, help="folder holding suite.json and traces.json")
+    parser.add_argument("--suite", required=True, help="folder holding suite.json and traces.json.gz")
     args = parser.parse_args()
     try:
         with open(os.path.join(args.suite, "suite.json")) as f:
             suite = json.load(f)
-        with open(os.path.join(args.suite, "traces.json")) as f:
-            traces = json.load(f)
-    except (OSError, ValueError) as e:
+        traces = read_traces(args.suite)
+    except (OSError, EOFError, ValueError) as e:
         return fail(f"cannot read the suite's files in {args.suite}: {e}")
     params = json.loads(os.environ.get("ENVKIT_TASK_PARAMS") or "{}")
     f2p = [str(t) for t in params.get("fail_to_pass", [])]
