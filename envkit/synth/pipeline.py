@@ -57,6 +57,7 @@ __all__ = ["SynthResult", "synth"]
 BASELINE_RUNS = 3
 MIN_PASSING = 0.8
 MAX_SUITE_S = 60.0
+SLOW_TEST_S = 2.0  # a test slower than this in the baseline is left out (every check and verification would pay it)
 MAX_F2P_STORED = 12
 MAX_TRACE_BYTES = 3000  # a test's recorded calls kept (a prefix): what a task stores stays small
 CANDIDATES_PER_TASK = 3
@@ -290,8 +291,20 @@ def baseline(boxes: Boxes, project: Project, progress: Progress) -> tuple[list[s
         stable, figures = _baseline_figures(_baseline_runs(boxes, project, progress), project)
     else:
         stable, figures = _baseline_figures(first, project)
+    slow = slow_tests(figures["durations"])
+    if slow:  # left out (--deselect, for the verifier too), and the baseline runs again without them
+        project.deselected = sorted(slow)
+        stable, figures = _baseline_figures(_baseline_runs(boxes, project, progress), project)
     figures["ignored_files"] = {path: broken[path] for path in project.ignored if path in broken}
+    figures["slow_tests_s"] = slow
     return stable, figures
+
+
+def slow_tests(durations: dict[str, float], limit_s: float = SLOW_TEST_S) -> dict[str, float]:
+    """The tests that took longer than ``limit_s`` in the baseline (more-itertools' prime sieve,
+    17 s of a 40-s suite): every first check, confirmation and verification would run them.
+    Only ids pytest can be given back (not the stable ``argname#`` form of an unnamed parameter)."""
+    return {t: round(d, 2) for t, d in sorted(durations.items()) if d > limit_s and "#" not in t}
 
 
 def _baseline_runs(boxes: Boxes, project: Project, progress: Progress) -> list[dict[str, Any]]:

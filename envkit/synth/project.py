@@ -60,6 +60,8 @@ class Project:
     config_changes: list[str] = field(default_factory=list)
     # test files left out: they do not collect here (the reason: provenance)
     ignored: list[str] = field(default_factory=list)
+    # tests left out: each took longer than a whole check should (their times: provenance)
+    deselected: list[str] = field(default_factory=list)
 
     def test_files(self) -> list[str]:
         """The pristine test tree the verifier sends: every file under the test folders and the
@@ -86,7 +88,8 @@ class Project:
 
     def pytest_args(self) -> list[str]:
         return ["-q", "--tb=short", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider",
-                *(f"--ignore={path}" for path in self.ignored), *self.test_dirs]
+                *(f"--ignore={path}" for path in self.ignored), *(f"--deselect={t}" for t in self.deselected),
+                *self.test_dirs]
 
 
 def _metadata(root: Path) -> dict[str, list[str]]:

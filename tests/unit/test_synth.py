@@ -213,6 +213,31 @@ def test_a_test_file_that_does_not_collect_is_left_out_with_its_error(minicalc: 
     assert project.pytest_args()[-2:] == ["--ignore=tests/test_extra.py", "tests"]
 
 
+def test_tests_slower_than_the_limit_are_left_out_and_the_baseline_runs_again(minicalc: Path):
+    """A test that takes seconds (more-itertools' prime sieve: 17 s of a 40-s suite) would cost
+    every check and every verification that: it is deselected, for the verifier too, with its
+    time in the provenance; an id pytest cannot be given back (``argname#``) stays."""
+    from envkit.synth.pipeline import Boxes, baseline
+
+    project = analyse(minicalc)
+    seen: list[list[str]] = []
+    times = {"tests/a.py::fast": 0.01, "tests/a.py::slow": 9.0, "tests/a.py::p[x#]": 3.0}
+
+    class Box:
+        def run(self, files: dict, timeout_s: float) -> dict:
+            args = project.pytest_args()
+            seen.append(args)
+            tests = {t: {"outcome": "passed", "duration": d} for t, d in times.items()
+                     if f"--deselect={t}" not in args}
+            return {"timeout": False, "report": {"collected": len(tests), "seconds": sum(d["duration"] for d in
+                                                                                          tests.values()),
+                                                 "collection_errors": [], "tests": tests}}
+    stable, figures = baseline(Boxes([Box(), Box()]), project, lambda *_: None)  # type: ignore[list-item]
+    assert stable == ["tests/a.py::fast", "tests/a.py::p[x#]"] and project.deselected == ["tests/a.py::slow"]
+    assert figures["slow_tests_s"] == {"tests/a.py::slow": 9.0} and len(seen) == 6
+    assert "--deselect=tests/a.py::slow" in project.pytest_args() and max(figures["runs_s"]) == 3.01
+
+
 def test_addopts_lose_plugins_and_keep_the_rest():
     assert filter_addopts(["-n", "4", "--cov", "-p", "pytest_cov", "-p", "no:cacheprovider", "--strict-markers", "-x",
                            "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider",
