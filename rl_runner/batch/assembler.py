@@ -281,7 +281,6 @@ class Assembler:
         running = sum(now - t for t in self.started_at.values())
         finished = sum(work_s(m) for grp in self.groups.values() if not grp.aborted
                        for m in grp.members if m is not None)
-        finished += sum(work_s(t) for t in self.late)
         return {"in_flight_s": round(running, 3), "in_flight_late_s": round(late, 3),
                 "finished_undelivered_s": round(finished, 3)}
 
