@@ -104,6 +104,20 @@ def test_pids_limit_is_reported(sandbox):
     assert "sleep 300" not in sandbox.exec("ps -eo args").stdout
 
 
+# Forks until one is refused and reaps none of its children, then waits: the limit is held by
+# zombies. gVisor counts a task against RLIMIT_NPROC until it is reaped but takes it out of its
+# pids cgroup as it exits (a fork bomb's dying processes do the same), so pids.current alone
+# misses this hit
+UNREAPED = ("python3 -c \"import os, time\nn = 0\ntry:\n    while n < 500:\n        if os.fork() == 0: os._exit(0)\n"
+            "        n += 1\nexcept OSError as e: print('refused after', n, e.errno)\ntime.sleep(1)\n\"")
+
+
+def test_a_limit_held_by_unreaped_children_is_reported(sandbox):
+    r = sandbox.exec(UNREAPED, timeout_s=30)
+    assert r.stdout.startswith("refused after") and r.pids_limited and r.limit_hit == "pids_limit", r
+    assert sandbox.exec("echo next").ok
+
+
 def test_memory_bomb(sandbox, neighbour):
     from envkit.errors import ModelFailure
 

@@ -173,11 +173,16 @@ def run(req, base_env, outlived):
         except (ProcessLookupError, PermissionError):
             pass
 
-    sampled_full = False  # under gVisor: the agent's pids cgroup was seen full
+    sampled_full = False  # under gVisor: the agent's pids cgroup, or its user's processes, seen at the limit
+    scan_at, scan_gap = start + 0.01, 0.01  # when the user's processes are next counted (AgentPids.user_full)
     while open_outputs or (wrap is not None and exited_at is None):
+        now = time.monotonic()
         if users.AGENT_PIDS is not None and not sampled_full:
             sampled_full = users.AGENT_PIDS.full()
-        now = time.monotonic()
+            if not sampled_full and now >= scan_at:
+                sampled_full = users.AGENT_PIDS.user_full(uid)
+                scan_gap = min(scan_gap * 2, 0.2)
+                scan_at = now + scan_gap
         if exited_at is None and proc.poll() is not None:
             exited_at = now
         if exited_at is None and term_at is not None and now >= term_at:
@@ -192,7 +197,7 @@ def run(req, base_env, outlived):
             hit = True
             break
         limit = deadline - now if exited_at is None else min(deadline - now, _STDIO_GRACE_S - (now - exited_at))
-        for at in (term_at, kill_at):
+        for at in (term_at, kill_at, scan_at if users.AGENT_PIDS is not None and not sampled_full else None):
             if at is not None and exited_at is None:
                 limit = min(limit, at - now)
         if not open_outputs:  # wrapped: the output is closed, the command still runs

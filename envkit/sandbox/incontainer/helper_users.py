@@ -250,7 +250,9 @@ class AgentPids:
     a non-root user meets the rlimit first; the cgroup holds a root agent, which the rlimit
     does not. The channel itself, its resets and kills stay outside, so they always have room.
     gVisor counts no ``pids.events``: a hit is seen by sampling ``pids.current`` (at the limit)
-    while a command runs (every 0.2 s at most) and when it ends."""
+    while a command runs (every 0.2 s at most) and when it ends, and the command's user's
+    processes, zombies included (``user_full``), 10 ms after it starts, then at doubling
+    intervals up to every 0.2 s."""
 
     ROOT = "/sys/fs/cgroup/pids"
 
@@ -283,13 +285,33 @@ class AgentPids:
 
     def full(self):
         current = self.current()
-        return current is not None and current >= self.limit
+        return current is not None and current >= self.limit - _SATURATED_SLACK
+
+    def user_full(self, uid):
+        """Whether ``uid`` (not root) holds the limit's processes, zombies included. gVisor counts
+        a task against RLIMIT_NPROC until it is reaped but takes it out of the pids cgroup as
+        it starts to exit, so children nobody reaped (a fork bomb's dying processes) have forks
+        refused while ``pids.current`` stays below the limit."""
+        if not uid:
+            return False
+        count = 0
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    count += os.stat("/proc/" + name).st_uid == uid
+                except OSError:
+                    continue
+        return count >= self.limit - _SATURATED_SLACK
 
 
 AGENT_PIDS = None  # an AgentPids under gVisor (serve --agent-pids N)
 # The cgroup's room above the per-user RLIMIT_NPROC, so that a non-root user's fork meets the
 # rlimit first (see limit_agent_pids)
 _CGROUP_MARGIN = 16
+# How close to the limit counts as at it: a fork bomb's processes, sampled while gVisor refuses
+# its forks, number limit - 1 most of the time (the host's check, docker_backend.pids_saturated,
+# leaves the same room)
+_SATURATED_SLACK = 2
 
 
 def limit_agent_pids(limit):
