@@ -76,7 +76,18 @@ class VLLMServer:
                "--logprobs-mode", "processed_logprobs", "--disable-log-stats", "--enable-prompt-tokens-details"]
         if self.cpu:
             cmd += ["--dtype", "float32", "--enforce-eager"]
+        if self.in_process_worker:
+            cmd += ["--distributed-executor-backend", "uni"]
         return cmd + self.extra_args
+
+    @property
+    def in_process_worker(self) -> bool:
+        """On CPU with no cores to bind, the model runs in the engine-core process (vLLM's
+        uniprocess executor) instead of a third process that imports vLLM and torch again: the
+        server answers ~8 s sooner (28 -> 20 s for the tiny model here) at the same tokens/s.
+        Bound replicas keep the multiprocess executor: it is what applies
+        ``VLLM_CPU_OMP_THREADS_BIND``."""
+        return self.cpu and self.cpu_bind is None and "--distributed-executor-backend" not in self.extra_args
 
     def environment(self) -> dict[str, str]:
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -85,6 +96,8 @@ class VLLMServer:
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
             if self.cpu_bind is not None:
                 env["VLLM_CPU_OMP_THREADS_BIND"] = self.cpu_bind
+            if self.in_process_worker:
+                env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # else vLLM's CPU platform turns "uni" back into "mp"
         return env
 
     def start(self, timeout: float = 300) -> VLLMServer:
