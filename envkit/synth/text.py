@@ -10,6 +10,9 @@ from typing import Any
 __all__ = ["instruction", "rewrite"]
 
 MAX_TESTS_SHOWN = 3
+# A default repr's memory address ("<Duration object at 0x7fa9024d6c10>"): different in every run,
+# so the same seed would give different text
+_ADDRESS = re.compile(r"\b0x[0-9a-f]{6,16}\b")
 
 
 def _public(target: str) -> bool:
@@ -34,7 +37,7 @@ def instruction(*, project: str, package_dir: str, test_cmd: str, failing: list[
     lines.append("")
     lines.append("Failing tests:" if len(failing) > 1 else "Failing test:")
     for test, message in shown:
-        first = re.sub(r"\s+", " ", message.strip())[:220]
+        first = _ADDRESS.sub("0x…", re.sub(r"\s+", " ", message.strip()))[:220]
         lines.append(f"- `{test}`" + (f": {first}" if first else ""))
     if total > len(shown):
         lines.append(f"- and {total - len(shown)} more")
