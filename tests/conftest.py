@@ -35,22 +35,30 @@ def envkit(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None, time
 
 # Slow preparations that need nothing but CPU start once collection shows a test will use them, at
 # nice 19: they take the cores the suite leaves idle (Docker and vLLM waits) instead of the time of
-# the test that needs them (the lookup warm-up: 130 s of the learning test's 490 s in CI).
-BACKGROUND_MODELS = {"test_the_multi_turn_environment_learns":
-                     ("tiny-lookup", ("--warmup", "lookup", "--warmup-steps", "1000"))}  # as docs/train.md
+# the test that needs them (the lookup warm-up: 130 s of the learning test's 490 s in CI; the
+# shellcmd one: ~30 s of the first train test's set-up). name -> (whether a collected test needs
+# it, `envkit model tiny` options)
+BACKGROUND_MODELS = {
+    "tiny-lookup": (lambda item: item.originalname == "test_the_multi_turn_environment_learns",
+                    ("--warmup", "lookup", "--warmup-steps", "1000")),  # as docs/train.md
+    # test_train_vllm.py's `warm` fixture (TinySpec(seed=0), the shellcmd warm-up)
+    "tiny-shellcmd": (lambda item: item.module.__name__.endswith("test_train_vllm") and "warm" in item.fixturenames,
+                      ("--warmup-steps", "300")),
+}
 _background: dict[str, tuple[subprocess.Popen[bytes], Path, float]] = {}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    wanted = {item.originalname for item in session.items if isinstance(item, pytest.Function)}
-    for test in sorted(wanted & set(BACKGROUND_MODELS)):
-        name, args = BACKGROUND_MODELS[test]
+    items = [item for item in session.items if isinstance(item, pytest.Function)]
+    for name, (needed, args) in BACKGROUND_MODELS.items():
+        if not any(needed(item) for item in items):
+            continue
         work = Path(tempfile.mkdtemp(prefix="envkit-tests-"))
         with (work / "out.json").open("wb") as out, (work / "err.log").open("wb") as err:
             proc = subprocess.Popen(["nice", "-n", "19", sys.executable, "-m", "envkit.cli.app", "model", "tiny",
                                      str(work / name), *args, "--json"], stdout=out, stderr=err, cwd=ROOT,
                                     stdin=subprocess.DEVNULL)
-        _background[test] = (proc, work, time.monotonic())
+        _background[name] = (proc, work, time.monotonic())
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -60,10 +68,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def background_model(test: str, timeout: float = 1200) -> tuple[Path, dict, float]:
-    """The model BACKGROUND_MODELS prepares for ``test``: its folder, `envkit model tiny --json`'s
-    output and the seconds since it started."""
-    proc, work, started = _background[test]
+def background_model(name: str, timeout: float = 1200) -> tuple[Path, dict, float] | None:
+    """The model BACKGROUND_MODELS prepares under ``name``: its folder, `envkit model tiny --json`'s
+    output and the seconds since it started; None when collection did not start it."""
+    if name not in _background:
+        return None
+    proc, work, started = _background[name]
     proc.wait(timeout=timeout)
     assert proc.returncode == 0, (work / "err.log").read_text()[-3000:]
     info = json.loads((work / "out.json").read_text())

@@ -24,10 +24,12 @@ def tracker(client) -> EnvRuntime:
 
 @pytest.mark.slow
 def test_validate_issuetracker_via_cli():
-    proc = envkit("validate", "environments/issuetracker", "--json")
+    # a seeded 6 of the 15 tasks (the suite's time budget; scripts/demo.sh validates all 15)
+    proc = envkit("validate", "environments/issuetracker", "--sample", "6", "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
     report = json.loads(proc.stdout)
-    assert report["ok"] and len(report["tasks"]) >= 15 and report["determinism"]["ok"]
+    assert report["ok"] and len(report["tasks"]) == 6 and report["determinism"]["ok"]
+    assert all(t["oracle_reward"] == 1.0 and t["null_reward"] == 0.0 for t in report["tasks"])
     probes = report["probes"]  # the default set, played on every task: none beat any
     assert (probes["set"] == "quick" and probes["beaten"] == {}
             and {"off-origin", "disabled-tools"} <= set(probes["run"]))

@@ -28,8 +28,12 @@ LOOKUP = ROOT / "rl_runner" / "recipes" / "lookup.yaml"
 
 @pytest.fixture(scope="module")
 def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "tiny-shellcmd"
-    info = write_tiny_model(folder, TinySpec(seed=0), warmup_steps=300)
+    ready = background_model("tiny-shellcmd")  # started at collection (tests/conftest.py)
+    if ready is not None:
+        folder, info, _ = ready
+    else:
+        folder = tmp_path_factory.mktemp("models") / "tiny-shellcmd"
+        info = write_tiny_model(folder, TinySpec(seed=0), warmup_steps=300)
     # it has learnt to spell the commands (0.61 here; at a warm-up lr of 3e-3 it stayed at 1.14, put
     # 0.09 on all 24 commands together, and the shellcmd recipe then failed to learn)
     assert info["warmup_loss"] < 0.8, info
@@ -113,7 +117,9 @@ def test_the_multi_turn_environment_learns(tmp_path: Path):
     from rl_runner.recipes.grpo import train
 
     t0 = time.monotonic()
-    model, info, since = background_model("test_the_multi_turn_environment_learns")  # warmed up as docs/train.md
+    ready = background_model("tiny-lookup")  # warmed up as docs/train.md, from collection on
+    assert ready is not None
+    model, info, since = ready
     warmed = time.monotonic() - t0
     # RL teaches which key to look up, not to copy: a model that cannot copy a code word never earns a reward
     assert info["warmup_answer_copied"] >= 0.9, info

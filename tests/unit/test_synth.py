@@ -520,7 +520,8 @@ def test_the_template_names_tests_and_api_never_the_patch():
     assert body.startswith("`minicalc.core.Stack.peek` in minicalc has no implementation")
     # a default repr's address differs from run to run: the same seed gives the same text
     a, b = (instruction(project="m", package_dir="src", test_cmd="t", apis=[],
-                        failing=[("a::b", f"assert <m.Box object at {addr}> == 3")]) for addr in ("0x7fa9024d6c10", "0x7f1"))
+                        failing=[("a::b", f"assert <m.Box object at {addr}> == 3")])
+            for addr in ("0x7fa9024d6c10", "0x7f1"))
     assert "<m.Box object at 0x…> == 3" in a and "0x7f1" in b
 
 
