@@ -47,9 +47,9 @@ def kill_users(uids, timeout_s=30.0):
         time.sleep(0.005)
 
 
-def _processes(uids, skip_stopped=False):
-    """(pid, real uid) of every live process (not a zombie; with ``skip_stopped``, not stopped
-    either) whose real uid is in ``uids``, as /proc lists them now."""
+def _processes(uids, skip_stopped=False, zombies=False):
+    """(pid, real uid) of every live process (not a zombie unless ``zombies``; with
+    ``skip_stopped``, not stopped either) whose real uid is in ``uids``, as /proc lists them now."""
     me = os.getpid()
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
@@ -60,7 +60,8 @@ def _processes(uids, skip_stopped=False):
             state, uid = fields["State"].split()[0], int(fields["Uid"].split()[0])
         except (OSError, KeyError, ValueError, IndexError):
             continue
-        if state not in ("Z", "X") and not (skip_stopped and state == "T") and uid in uids:
+        alive = state not in ("Z", "X") or (zombies and state == "Z")
+        if alive and not (skip_stopped and state == "T") and uid in uids:
             yield int(name), uid
 
 
@@ -292,16 +293,7 @@ class AgentPids:
         a task against RLIMIT_NPROC until it is reaped but takes it out of the pids cgroup as
         it starts to exit, so children nobody reaped (a fork bomb's dying processes) have forks
         refused while ``pids.current`` stays below the limit."""
-        if not uid:
-            return False
-        count = 0
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    count += os.stat("/proc/" + name).st_uid == uid
-                except OSError:
-                    continue
-        return count >= self.limit - _SATURATED_SLACK
+        return bool(uid) and sum(1 for _ in _processes({uid}, zombies=True)) >= self.limit - _SATURATED_SLACK
 
 
 AGENT_PIDS = None  # an AgentPids under gVisor (serve --agent-pids N)
