@@ -238,6 +238,34 @@ def test_tests_slower_than_the_limit_are_left_out_and_the_baseline_runs_again(mi
     assert "--deselect=tests/a.py::slow" in project.pytest_args() and max(figures["runs_s"]) == 3.01
 
 
+@pytest.mark.parametrize("slow_s, refused", [(30.0, False), (0.0, True)])
+def test_the_suite_time_limit_is_on_the_suite_without_its_slow_tests(minicalc: Path, slow_s: float, refused: bool):
+    """pyparsing's suite took 60-70 s, 27 s of it in six tests over 2 s: the limit (60 s) is on
+    the suite every check runs, with those left out; a suite slow without them is refused."""
+    from envkit.synth.pipeline import MAX_SUITE_S, Boxes, baseline
+
+    project = analyse(minicalc)
+    times = {f"tests/a.py::t{i}": 1.5 for i in range(27)} | {"tests/a.py::slow": slow_s}
+    if not slow_s:
+        times = {f"tests/a.py::t{i}": 1.5 for i in range(45)}  # 67.5 s, every test under the 2-s line
+
+    class Box:
+        def run(self, files: dict, timeout_s: float) -> dict:
+            tests = {t: {"outcome": "passed", "duration": d} for t, d in times.items()
+                     if f"--deselect={t}" not in project.pytest_args()}
+            return {"timeout": False, "report": {"collected": len(tests), "seconds": sum(d["duration"] for d in
+                                                                                          tests.values()),
+                                                 "collection_errors": [], "tests": tests}}
+    boxes = Boxes([Box(), Box()])  # type: ignore[list-item]
+    if refused:
+        with pytest.raises(UserError, match=r"takes 67\.5 s \(limit 60 s\)"):
+            baseline(boxes, project, lambda *_: None)
+    else:
+        stable, figures = baseline(boxes, project, lambda *_: None)
+        assert len(stable) == 27 and max(figures["runs_s"]) == 40.5 < MAX_SUITE_S
+        assert figures["slow_tests_s"] == {"tests/a.py::slow": 30.0}
+
+
 def test_addopts_lose_plugins_and_keep_the_rest():
     assert filter_addopts(["-n", "4", "--cov", "-p", "pytest_cov", "-p", "no:cacheprovider", "--strict-markers", "-x",
                            "--doctest-modules", "--timeout=30", "-ra"]) == ["-p", "no:cacheprovider",
