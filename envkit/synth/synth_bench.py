@@ -78,7 +78,7 @@ def bench_synth(packages: list[str], out_dir: Path, *, max_tasks: int, sample: i
                 synth(f"pypi:{package}", env_dir, max_tasks=max_tasks, seed=seed, jobs=jobs)
             except Exception as e:  # noqa: BLE001 - a refused package is a row of the table, with its reason
                 rows.append({"package": package, "refused": str(e)})
-                (out_dir / "bench.json").write_text(json.dumps(rows, indent=1))
+                write_rows(out_dir / "bench.json", rows)
                 continue
         validation = None
         cached = env_dir / "validation.json"
@@ -94,5 +94,16 @@ def bench_synth(packages: list[str], out_dir: Path, *, max_tasks: int, sample: i
                 validation["wall_s"] = round(time.monotonic() - t0, 1)
                 cached.write_text(json.dumps(validation))
         rows.append(package_row(env_dir, validation))
-        (out_dir / "bench.json").write_text(json.dumps(rows, indent=1))
+        write_rows(out_dir / "bench.json", rows)
     return rows
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """``bench.json``: this run's rows after the rows an earlier run left there for other
+    packages (a run over one package adds its row; it does not drop the table's others)."""
+    ours = {r["package"] for r in rows}
+    try:
+        before = [r for r in json.loads(path.read_text()) if r.get("package") not in ours]
+    except (OSError, ValueError, TypeError, AttributeError):
+        before = []
+    path.write_text(json.dumps(before + rows, indent=1))

@@ -719,3 +719,16 @@ def test_every_file_of_the_bundled_environments_is_in_git():
     left_out = [p for p in proc.stdout.splitlines()
                 if not p.endswith(("envkit.lock", ".pyc")) and "__pycache__" not in p]
     assert left_out == [], f"ignored by git, so missing from a clone (git add -f them): {left_out}"
+
+
+def test_bench_json_keeps_the_rows_of_packages_an_earlier_run_measured(tmp_path: Path):
+    from envkit.synth.synth_bench import write_rows
+
+    path = tmp_path / "bench.json"
+    write_rows(path, [{"package": "a==1", "tasks": 50}, {"package": "b==1", "tasks": 40}])
+    write_rows(path, [{"package": "b==1", "refused": "slow"}, {"package": "c==2", "tasks": 30}])
+    assert json.loads(path.read_text()) == [{"package": "a==1", "tasks": 50}, {"package": "b==1", "refused": "slow"},
+                                            {"package": "c==2", "tasks": 30}]
+    path.write_text("not json")
+    write_rows(path, [{"package": "d==1", "tasks": 1}])
+    assert json.loads(path.read_text()) == [{"package": "d==1", "tasks": 1}]
