@@ -225,6 +225,29 @@ class Boxes:
         finally:
             self.free.put(box)
 
+    @contextmanager
+    def _workers(self) -> Iterator[ThreadPoolExecutor]:
+        """A thread per box. Interrupted (Ctrl-C, SIGTERM: an exception that is not an
+        ``Exception``), the boxes' sandboxes go at once, so the runs in them end now rather than
+        at their cap (a suite run may take minutes; the threads are joined before the caller's
+        own clean-up, which then finds them gone), and no queued check starts."""
+        pool = ThreadPoolExecutor(max_workers=len(self.all))
+        try:
+            yield pool
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                self._end_runs()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _end_runs(self) -> None:
+        for b in self.all:
+            try:
+                b.sandbox.destroy()
+            except Exception:  # noqa: BLE001 - cleanup while unwinding: the caller destroys what is left
+                pass
+
     def map(self, fn: Callable[[SuiteBox, Any], Any], items: list[Any], progress: Callable[[], None]) -> list[Any]:
         def work(item: Any) -> Any:
             with self.one() as box:
@@ -232,7 +255,7 @@ class Boxes:
                     return fn(box, item)
                 finally:
                     progress()
-        with ThreadPoolExecutor(max_workers=len(self.all)) as pool:
+        with self._workers() as pool:
             return list(pool.map(work, items))
 
     def until(self, fn: Callable[[SuiteBox, Any], Any], items: list[Any], *, settle: Callable[[Any], None],
@@ -252,7 +275,7 @@ class Boxes:
                     fn(box, items[i])
                 finally:
                     progress()
-        with ThreadPoolExecutor(max_workers=box_count) as pool:
+        with self._workers() as pool:
             running: dict[Future[None], int] = {}
             stop = False
             while True:

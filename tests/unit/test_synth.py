@@ -732,3 +732,53 @@ def test_bench_json_keeps_the_rows_of_packages_an_earlier_run_measured(tmp_path:
     path.write_text("not json")
     write_rows(path, [{"package": "d==1", "tasks": 1}])
     assert json.loads(path.read_text()) == [{"package": "d==1", "tasks": 1}]
+
+
+@pytest.mark.parametrize("how", ["map", "until"])
+def test_an_interrupt_ends_the_suite_runs_at_once(how: str):
+    """Ctrl-C (or SIGTERM) while the sandboxes run a suite: their sandboxes go at once, so the
+    command stops in moments, not when the runs reach their cap (minutes for a slow suite), and
+    no queued check starts."""
+    import signal
+    import threading
+    import time
+
+    from envkit.synth.pipeline import Boxes
+
+    class Sandbox:
+        def __init__(self) -> None:
+            self.gone = threading.Event()
+
+        def destroy(self) -> None:
+            self.gone.set()
+
+    class Box:
+        def __init__(self) -> None:
+            self.sandbox = Sandbox()
+
+        def run(self) -> None:
+            started.append(1)
+            if not self.sandbox.gone.wait(60):  # a suite run that ends when its sandbox goes
+                raise AssertionError("the run was left to its cap")
+            raise ConnectionError("the sandbox is gone")
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    started: list[int] = []
+    boxes = Boxes([Box(), Box()])  # type: ignore[list-item]
+    before = signal.signal(signal.SIGALRM, interrupt)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(KeyboardInterrupt):
+            if how == "map":
+                boxes.map(lambda box, _: box.run(), list(range(6)), lambda: None)
+            else:
+                boxes.until(lambda box, _: box.run(), list(range(6)), settle=lambda _: None, enough=lambda: False,
+                            progress=lambda: None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+    assert time.monotonic() - t0 < 5
+    assert all(b.sandbox.gone.is_set() for b in boxes.all) and len(started) == 2  # the queued four never started
