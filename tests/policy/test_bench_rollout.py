@@ -1,7 +1,8 @@
 """`envkit bench rollout` end to end on a small scale: two real vLLM replicas (CPU build),
-real Docker sandboxes of the repo environment, every policy of the ablation on the same seeded
-workload. Asserts the table's contents and accounting, never the timings' values (those
-belong to the benchmark's own run, docs/bench.md)."""
+real Docker sandboxes of the repo environment, the ablation's two ends (naive and optimized) on
+the same seeded workload; the rows between add one switch each (tests/unit/test_batch.py) and
+run the same code, so they are not run here. Asserts the table's contents and accounting,
+never the timings' values (those belong to the benchmark's own run, docs/bench.md)."""
 
 from __future__ import annotations
 
@@ -34,15 +35,14 @@ def _table(result: dict) -> str:
 
 
 @pytest.mark.timeout(1800)
-def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
+def test_bench_rollout_runs_naive_and_optimized_on_the_same_work(tiny: Path):
     proc = _cli("bench", "rollout", "-n", "8", "--group-size", "4", "--concurrency", "4", "--batches", "1",
-                "--replicas", "2", "--time-scale", "0.05", "--model", str(tiny), "--json")
+                "--replicas", "2", "--time-scale", "0.05", "--policies", "naive,optimized", "--model", str(tiny),
+                "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     rows = out["rows"]
-    assert [r["policy"] for r in rows] == ["naive", "+ warm pool", "+ continuous admission",
-                                          "+ over-provisioning, cutoff", "+ session affinity",
-                                          "+ partial groups (optimized)"]
+    assert [r["policy"] for r in rows] == ["naive", "optimized"]
     for r in rows:
         _holds_its_groups(r)
         assert r["retries"] <= 2, (r["policy"], r["retries"])  # an infra failure is retried, and shown; not more
@@ -59,20 +59,23 @@ def test_bench_rollout_runs_every_policy_on_the_same_work(tiny: Path):
         assert r["work_stretch"] >= r["command_stretch"] >= 1.0, r
         cpu = r["host_cpu_s_per_trajectory"]
         assert cpu["all"] > 0 and cpu["inference"] is None and cpu["sandboxes"] is None  # cores shared in this run
-    naive, pool = rows[0], rows[1]
+    naive, optimized = rows
     assert naive["sandboxes"]["kind"] == "fresh" and naive["sandboxes"]["reused"] == 0
     assert naive["sandboxes"]["created"] == 8  # one container per episode
-    assert pool["sandboxes"]["kind"] == "pool" and pool["sandboxes"]["reused"] > 0
+    # a pool of 6 for 8 episodes: reuse is certain (a pool that made a replacement for a sandbox under its
+    # health check reused none, 2a7970e's failure, caught here)
+    assert optimized["sandboxes"]["kind"] == "pool" and optimized["sandboxes"]["reused"] > 0
     assert naive["speedup_vs_naive"] == 1.0
-    assert rows[-1]["prefix_cache"]["affinity"] is True and naive["prefix_cache"]["affinity"] is False
-    assert out["ratio"] == pytest.approx(rows[-1]["ttb_s"] / naive["ttb_s"], rel=1e-3)
+    assert optimized["prefix_cache"]["affinity"] is True and naive["prefix_cache"]["affinity"] is False
+    assert out["ratio"] == pytest.approx(optimized["ttb_s"] / naive["ttb_s"], rel=1e-3)
     assert set(out["targets"]) == {"optimized_le_naive_over_3_5", "optimized_within_1_3_ideal"}
     assert out["setup"]["workload"]["time_scale"] == 0.05
+    assert [r["policy"] for r in out["replay"]] == ["naive", "optimized"]  # the replay of the same policies
     # two replicas on two cores leave none for the sandboxes: auto shares them, one core per replica, and says so
     part = out["setup"]["partition"]
     assert part["sandboxes"] is None and part["replicas"] == ["0", "1"] and "none left for sandboxes" in part["how"]
     text = _table(out)  # what the command prints without --json, for the same result
-    assert "envkit bench rollout" in text and "ideal bound" in text and "+ partial groups (optimized)" in text
+    assert "envkit bench rollout" in text and "ideal bound" in text and "optimized" in text
 
 
 def _holds_its_groups(r: dict) -> None:
