@@ -200,6 +200,8 @@ def close_hijacked(sock: Any) -> None:
     """Close a hijacked exec connection: the HTTP response, its SocketIO and the socket."""
     raw = getattr(sock, "_sock", sock)
     response = getattr(sock, "_response", None)
+    with contextlib.suppress(OSError):  # wakes a thread waiting on it (close alone leaves its poll to the deadline)
+        raw.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(Exception):  # the response's buffered reader may already be closed
         if response is not None:
             response.close()

@@ -55,3 +55,33 @@ def test_a_helper_whose_output_docker_lost_is_run_once_more_when_idempotent():
     with pytest.raises(InfraFailure):
         sb._helper(["http", "GET", "/"], user="agent")  # not idempotent in general: never rerun
     assert len(calls) == 1
+
+
+def test_closing_a_channel_wakes_a_call_waiting_on_it():
+    """A sandbox destroyed from another thread (an interrupted synth, 2026-12-07) while a call
+    waits for its reply: the call ends at once with the channel closed, not at its deadline
+    (closing the descriptor alone left the waiting poll to run out its 150 s)."""
+    import socket
+    import threading
+    import time
+
+    from envkit.sandbox.channel import Channel, close_hijacked
+
+    ours, theirs = socket.socketpair()
+    chan = Channel(ours)
+    got: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            chan.call({"op": "exec"}, timeout=60)
+        except BaseException as e:  # noqa: BLE001 - what the waiting call raised is the point
+            got.append(e)
+    waiter = threading.Thread(target=call)
+    waiter.start()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    close_hijacked(ours)
+    waiter.join(10)
+    assert not waiter.is_alive() and time.monotonic() - t0 < 5
+    assert isinstance(got[0], OSError)  # the channel closed (or its descriptor gone): what the backend's calls catch
+    theirs.close()
