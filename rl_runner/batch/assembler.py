@@ -1,5 +1,6 @@
 """The batch assembler: runs episodes in groups under a concurrency limit and hands the
-trainer batches of ``groups_per_batch`` complete groups, by one of two families of policy.
+trainer batches of ``groups_per_batch × group_size`` trajectories, in groups, by one of two
+families of policy.
 
 ``naive`` is what a team gets from a plain semaphore: the batch's episodes are admitted when
 the trainer asks for a batch, at most ``concurrency`` run at once, each starts a fresh
@@ -24,7 +25,11 @@ its slowest member while slots sit idle.
   ``ceil(partial × group_size)`` of its members (at least 2) are done, rather than all of them;
   its members still running are *late*: they keep running and join the next batch to close
   after they finish, marked ``late`` (the trainer scores them against every reward their
-  group has delivered, :func:`rl_runner.trainer.losses.group_advantages`). Nothing is dropped:
+  group has delivered, :func:`rl_runner.trainer.losses.group_advantages`). A batch still holds
+  the trajectories asked for: the late members finished since the last batch, then ready groups
+  in completion order until the count reaches ``groups_per_batch × group_size`` (so it may hold
+  more groups than ``groups_per_batch``, and up to ``group_size - 1`` trajectories more than
+  asked for; with whole groups it is exactly ``groups_per_batch`` groups). Nothing is dropped:
   the batches together hold every member of every group they admitted. Without it a group
   holding one long member holds its seven finished ones, and the admission limit counts the
   group until it is done; with it the heavy tail of episode lengths stops deciding when a
@@ -212,7 +217,16 @@ class Assembler:
     # -- delivery --------------------------------------------------------------------------
     def _ready(self) -> list[int] | None:
         if self.policy.cutoff:
-            return self.complete[:self.gpb] if len(self.complete) >= self.gpb else None
+            # the batch's size is in trajectories (what the trainer asked for): late members
+            # finished since the last batch, then ready groups in completion order, as many as
+            # it takes; with whole groups that is exactly ``groups_per_batch`` of them
+            want, have, chosen = self.gpb * self.group_size, len(self.late), []
+            for g in self.complete:
+                if have >= want:
+                    break
+                chosen.append(g)
+                have += self.groups[g].done
+            return chosen if have >= want and chosen else None
         wanted = set(range(self.base, self.base + self.gpb))
         return sorted(wanted) if wanted <= set(self.complete) else None
 

@@ -124,6 +124,13 @@ def test_partial_groups_deliver_at_the_ready_share_and_late_members_follow_exact
         seen += _keys(batches[-1].trajectories)
     lates = [t for b in batches for t in b.trajectories if t.late]
     assert {(t.seed, t.evidence["member"]) for t in lates} >= {(0, 2), (0, 3)}
+    # every batch holds the 8 trajectories asked for, late members counted, with no group more than it takes
+    for b in batches:
+        fresh = [grp for grp in b.groups if not grp[0].late]  # ready groups, in the order taken
+        assert b.late + sum(map(len, fresh)) >= 8
+        assert b.late + sum(map(len, fresh[:-1])) < 8
+    with0 = next(b for b in batches if any(t.seed == 0 and not t.late for t in b.trajectories))
+    assert len(with0.groups) >= 3  # group 0 brought 2 members, another group at most 4: more were needed
     assert sum(b.late for b in batches) == len(lates)
     assert len(seen) == len(set(seen))  # nothing delivered twice
     left = asm.stop()
