@@ -41,6 +41,17 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tied(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model that ties its input embedding and output projection (Qwen2.5-0.5B's layout)."""
+    from rl_runner.publish import safetensors_shapes
+
+    folder = tmp_path_factory.mktemp("models") / "tied"
+    write_tiny_model(folder, TinySpec(seed=0, tie_word_embeddings=True), warmup_steps=100)
+    assert "lm_head.weight" not in safetensors_shapes(folder)  # one matrix on disk
+    return folder
+
+
+@pytest.fixture(scope="module")
 def served(warm: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One vLLM server of the warm model for the module's runs (`policy_url=`): a run publishes
     its starting weights to it first, so no run sees what an earlier one left there."""
@@ -151,11 +162,10 @@ def test_the_multi_turn_environment_learns(tmp_path: Path):
 
 
 @pytest.mark.timeout(1200)
-def test_a_tied_model_publishes_exactly(tmp_path: Path):
-    """A model that ties its input embedding and output projection (Qwen2.5-0.5B's layout) is
-    served untied (Trainer.export writes `lm_head.weight` as a copy), and after each of two
-    updates vLLM's log-probs match the trainer's within 1e-4, where the stale tie was 0.11 off.
-    Then `envkit train` on it: it serves RUN/served-model, untied, and its probe agrees too."""
+def test_a_tied_model_publishes_exactly(tied: Path, tmp_path: Path):
+    """A tied model is served untied (Trainer.export writes `lm_head.weight` as a copy), and
+    after each of two updates vLLM's log-probs match the trainer's within 1e-4, where the stale
+    tie was 0.11 off. (`envkit train` on it: the two-replica test below.)"""
     import torch
     from transformers import AutoTokenizer
 
@@ -165,9 +175,6 @@ def test_a_tied_model_publishes_exactly(tmp_path: Path):
     from rl_runner.rollout.chat import ChatFormat
     from rl_runner.trainer.trainer import Sample, Trainer, TrainerConfig
 
-    tied = tmp_path / "tied"
-    write_tiny_model(tied, TinySpec(seed=0, tie_word_embeddings=True), warmup_steps=100)
-    assert "lm_head.weight" not in safetensors_shapes(tied)  # one matrix on disk
     trainer = Trainer(tied, TrainerConfig(temperature=1.0, lr=1e-2))
     assert trainer.tied
     served = trainer.export(tmp_path / "served")
@@ -190,10 +197,6 @@ def test_a_tied_model_publishes_exactly(tmp_path: Path):
             assert (mine - torch.tensor(after.logprobs)).abs().max() < 1e-4, version
         publisher.close()
         policy.close()
-    records = _short_run(tied, tmp_path / "run", "steps=2", "eval.episodes=0", "checkpoint_every=0")
-    assert json.loads((tmp_path / "run" / "served-model" / "config.json").read_text())["tie_word_embeddings"] is False
-    assert all(m.mismatch.round_trip_ok and m.mismatch.max_abs is not None and m.mismatch.max_abs < 1e-4
-               for m in records)
 
 
 _cli = functools.partial(envkit, timeout=1200)  # the CLI, with room for a training run
@@ -301,21 +304,24 @@ def test_the_same_recipe_trains_on_a_local_ray_cluster(warm: Path, served: Any, 
 
 
 @pytest.mark.timeout(1500)
-def test_two_replicas_share_generation_and_receive_every_version(warm: Path, tmp_path: Path):
+def test_two_replicas_share_generation_and_receive_every_version(tied: Path, tmp_path: Path):
     """replicas: 2 — two vLLM servers, generation routed over both, each version published to
-    both (each reports it afterwards), evaluation routed too."""
+    both (each reports it afterwards), evaluation routed too. The model is the tied one: the
+    run serves RUN/served-model, untied, and its mismatch probe agrees within 1e-4."""
     run_dir = tmp_path / "two"
-    metrics = _short_run(warm, run_dir, "steps=2", "replicas=2", "eval.episodes=4")
+    metrics = _short_run(tied, run_dir, "steps=2", "replicas=2", "eval.episodes=4")
     assert [m.step for m in metrics] == [1, 2]
+    assert json.loads((run_dir / "served-model" / "config.json").read_text())["tie_word_embeddings"] is False
     for m in metrics:
         assert m.publish.served_versions == [str(m.version)] * 2, m.publish
         assert m.publish.served_version == str(m.version)
         assert m.mismatch.round_trip_ok, m.mismatch
+        assert m.mismatch.max_abs is not None and m.mismatch.max_abs < 1e-4, m.mismatch
     requests = metrics[-1].batch.replica_requests
     assert len(requests) == 2 and all(n > 0 for n in requests), requests
     assert (run_dir / "vllm.log").is_file() and (run_dir / "vllm-1.log").is_file()
     assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 4
-    both = _cli("train", str(RECIPE), f"model={warm}", f"run_dir={tmp_path / 'x'}", "replicas=2",
+    both = _cli("train", str(RECIPE), f"model={tied}", f"run_dir={tmp_path / 'x'}", "replicas=2",
                 "policy_url=http://127.0.0.1:9", timeout=300)
     assert both.returncode == 2 and "replicas" in both.stderr and "Traceback" not in both.stderr
 
