@@ -346,6 +346,11 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
     console.print(f"ideal bound (work / concurrency) {result['ideal_s']:.1f} s; optimized / ideal "
                   f"{result['optimized_over_ideal']:.2f} (target ≤ 1.3: "
                   f"{'met' if tg['optimized_within_1_3_ideal'] else 'NOT met'})")
+    best = result["rows"][-1]
+    if best.get("pool_fill_s") is not None:
+        console.print(f"{best['policy']}'s warm pool ({s['pool_size']}) was filled in {best['pool_fill_s']:.1f} s "
+                      f"before its first batch was asked for (envkit train fills it while vLLM starts); counted "
+                      f"in the first batch, optimized / ideal would be {best['ttb_over_ideal_with_fill']:.2f}")
     for r in result["rows"]:
         for why, e in r["exclusions"].items():
             console.print(f"[yellow]{r['policy']}: {e['count']} excluded ({why}): "

@@ -150,12 +150,13 @@ class RayRollouts:
     def live_hosts(self) -> list[_Member]:
         return [h for h in self.hosts if h.alive]
 
-    def configure(self, kind: str, size: int) -> None:
-        """Every live host starts a new supply; a pool's ``size`` is split across hosts."""
+    def configure(self, kind: str, size: int, *, fill_timeout: float = 0.0) -> None:
+        """Every live host starts a new supply; a pool's ``size`` is split across hosts (filled
+        on all of them at once when ``fill_timeout`` > 0)."""
         import ray
 
         live = self.live_hosts()
-        ray.get([h.handle.configure.remote(kind, split(size, len(live))) for h in live])
+        ray.get([h.handle.configure.remote(kind, split(size, len(live)), fill_timeout) for h in live])
 
     def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
         """(held, alive) sandbox-seconds over a window of the driver's monotonic clock."""

@@ -16,6 +16,7 @@ from typing import Any
 from envkit.errors import EpisodeFailure, InfraFailure, UserError
 from envkit.kinds import SandboxSpec
 from envkit.sandbox import ExecResult, ResetResult, Sandbox
+from envkit.sandbox.pool import WarmPool
 from rl_runner.distributed.replies import HostReply, wall_offset
 from rl_runner.rollout.reuse import FreshSandboxes, Sandboxes, sandbox_pool, sandbox_stats
 
@@ -50,11 +51,14 @@ class SandboxHost:
     def info(self) -> dict[str, Any]:
         return {"host": self.host_id, "node": self.node_id, "hostname": socket.gethostname(), "pid": os.getpid()}
 
-    def configure(self, kind: str, size: int) -> None:
-        """Start a new sandbox supply: ``pool`` (a reusing warm pool of ``size``) or ``fresh``."""
+    def configure(self, kind: str, size: int, fill_timeout: float = 0.0) -> None:
+        """Start a new sandbox supply: ``pool`` (a reusing warm pool of ``size``) or ``fresh``;
+        with ``fill_timeout`` > 0, return once the pool is full (or that many seconds have passed)."""
         old = self.sandboxes
-        self.sandboxes = sandbox_pool(self.backend, size) if kind == "pool" else FreshSandboxes(self.backend)
+        self.sandboxes = new = sandbox_pool(self.backend, size) if kind == "pool" else FreshSandboxes(self.backend)
         old.close()
+        if isinstance(new, WarmPool) and fill_timeout > 0:
+            new.wait_ready(timeout=fill_timeout)
 
     def acquire(self, fresh: bool = False) -> HostReply:
         sandbox: Any

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envkit.runtime import EnvRuntime
+from envkit.sandbox.pool import WarmPool
 from rl_runner.distributed.context import EpisodeContext, before_attempt, queued
 from rl_runner.policy.router import Router
 from rl_runner.rollout.retry import run_attempts
@@ -29,11 +30,13 @@ class LocalRollouts:
         self.policy_ready = policy_ready
         self.sandboxes: Sandboxes = FreshSandboxes(runtime.backend)
 
-    def configure(self, kind: str, size: int) -> None:
+    def configure(self, kind: str, size: int, *, fill_timeout: float = 0.0) -> None:
         old = self.sandboxes
-        self.sandboxes = (sandbox_pool(self.runtime.backend, size) if kind == "pool"
-                          else FreshSandboxes(self.runtime.backend))
+        self.sandboxes = new = (sandbox_pool(self.runtime.backend, size) if kind == "pool"
+                                else FreshSandboxes(self.runtime.backend))
         old.close()
+        if isinstance(new, WarmPool) and fill_timeout > 0:
+            new.wait_ready(timeout=fill_timeout)
 
     def occupancy(self, t0: float, t1: float) -> tuple[float, float]:
         return self.sandboxes.held.integral(t0, t1), self.sandboxes.alive.integral(t0, t1)

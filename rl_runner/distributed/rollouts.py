@@ -40,8 +40,9 @@ class Rollouts(Protocol):
 
     runtime: EnvRuntime
 
-    def configure(self, kind: str, size: int) -> None:
-        """A new sandbox supply: ``pool`` (a reusing warm pool of ``size``) or ``fresh``."""
+    def configure(self, kind: str, size: int, *, fill_timeout: float = 0.0) -> None:
+        """A new sandbox supply: ``pool`` (a reusing warm pool of ``size``) or ``fresh``.
+        ``fill_timeout`` > 0: return once the pool is full (or that many seconds have passed)."""
 
     def run(self, fn: Callable[..., Trajectory], kwargs: dict[str, Any], *, session: str, cancel: threading.Event,
             describe: Callable[[], Trajectory], on_attempt: Callable[[int], None] | None = None) -> Trajectory: ...
