@@ -131,7 +131,8 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
         "ideal_s": round(ideal, 3),
         "ttb_over_ideal": round(statistics.fmean(ttbs) / ideal, 3) if ideal > 0 else None,
         "pool_fill_s": _r(fill_s),
-        # the same ratio with the fill counted in the first batch's TTB (a run whose pool starts cold)
+        # the same ratio with the fill added to the first batch's TTB: a bound from above for a run whose
+        # pool starts cold (its first episodes would take sandboxes as they come, not after the last)
         "ttb_over_ideal_with_fill": (round((sum(ttbs) + (fill_s or 0.0)) / len(ttbs) / ideal, 3)
                                      if ideal > 0 and ttbs else None),
         "trajectory_s": {"p50": pct(times, 50), "p90": pct(times, 90), "p99": pct(times, 99)},
