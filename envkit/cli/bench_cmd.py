@@ -349,8 +349,8 @@ def show_rollout(result: dict[str, Any], saved: Path) -> None:
     best = result["rows"][-1]
     if best.get("pool_fill_s") is not None:
         console.print(f"{best['policy']}'s warm pool ({s['pool_size']}) was filled in {best['pool_fill_s']:.1f} s "
-                      f"before its first batch was asked for (envkit train fills it while vLLM starts); that time "
-                      f"added to the first batch's TTB, optimized / ideal would be "
+                      f"before its first batch was asked for (envkit train fills it while its own vLLM starts); "
+                      f"that time added to the first batch's TTB, optimized / ideal would be "
                       f"{best['ttb_over_ideal_with_fill']:.2f} (a bound from above: a cold pool hands sandboxes "
                       f"out as they come)")
     for r in result["rows"]:

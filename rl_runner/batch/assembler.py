@@ -16,20 +16,22 @@ its slowest member while slots sit idle.
   is waiting for a batch, up to ``groups_per_batch × (1 + overprovision)`` groups admitted and
   not yet delivered.
 * ``cutoff``: the batch is the first ``groups_per_batch`` groups to *complete*, in completion
-  order, rather than a fixed list; groups still running are stragglers: ``carry`` (default)
-  lets them finish and join a later batch as partial rollouts (their tokens keep the weight
-  versions that produced them), ``abort`` cancels the ones older than the batch's newest group
-  at their next turn boundary and reports them (``Batch.aborted``), never silently.
+  order, rather than a fixed list (with ``partial``, as many ready groups as it takes, below);
+  groups still running are stragglers: ``carry`` (default) lets them finish and join a later
+  batch as partial rollouts (their tokens keep the weight versions that produced them),
+  ``abort`` cancels the ones older than the batch's newest group at their next turn boundary
+  and reports them (``Batch.aborted``), never silently.
 * ``affinity``: session-affine routing across vLLM replicas (:mod:`rl_runner.policy.router`).
 * ``partial`` (with ``cutoff`` and ``carry``): a group is ready for a batch once
   ``ceil(partial × group_size)`` of its members (at least 2) are done, rather than all of them;
   its members still running are *late*: they keep running and join the next batch to close
   after they finish, marked ``late`` (the trainer scores them against every reward their
   group has delivered, :func:`rl_runner.trainer.losses.group_advantages`). A batch still holds
-  the trajectories asked for: the late members finished since the last batch, then ready groups
-  in completion order until the count reaches ``groups_per_batch × group_size`` (so it may hold
-  more groups than ``groups_per_batch``, and up to ``group_size - 1`` trajectories more than
-  asked for; with whole groups it is exactly ``groups_per_batch`` groups). Nothing is dropped:
+  the trajectories asked for: the late members finished since the last batch (up to that many;
+  the rest wait for the next), then ready groups in completion order until the count reaches
+  ``groups_per_batch × group_size`` (so it may hold more groups than ``groups_per_batch``, or
+  none, and up to ``group_size - 1`` trajectories more than asked for; with whole groups it is
+  exactly ``groups_per_batch`` groups). Nothing is dropped:
   the batches together hold every member of every group they admitted. Without it a group
   holding one long member holds its seven finished ones, and the admission limit counts the
   group until it is done; with it the heavy tail of episode lengths stops deciding when a
@@ -219,14 +221,16 @@ class Assembler:
         if self.policy.cutoff:
             # the batch's size is in trajectories (what the trainer asked for): late members
             # finished since the last batch, then ready groups in completion order, as many as
-            # it takes; with whole groups that is exactly ``groups_per_batch`` of them
-            want, have, chosen = self.gpb * self.group_size, len(self.late), []
+            # it takes; with whole groups that is exactly ``groups_per_batch`` of them. Late
+            # members alone may fill it (no group then): only a batch empties ``late``
+            want, chosen = self.gpb * self.group_size, []
+            have = min(len(self.late), want)
             for g in self.complete:
                 if have >= want:
                     break
                 chosen.append(g)
                 have += self.groups[g].done
-            return chosen if have >= want and chosen else None
+            return chosen if have >= want else None
         wanted = set(range(self.base, self.base + self.gpb))
         return sorted(wanted) if wanted <= set(self.complete) else None
 
@@ -256,7 +260,8 @@ class Assembler:
                 groups.append([m for m in grp.members if m is not None])
                 if grp.left:
                     self.delivered[g] = grp
-            late, self.late = self.late, []
+            want = self.gpb * self.group_size  # late members beyond a batch's worth wait for the next
+            late, self.late = self.late[:want], self.late[want:]
             by_group: dict[str, list[Trajectory]] = {}
             for t in late:
                 by_group.setdefault(t.group_id, []).append(t)

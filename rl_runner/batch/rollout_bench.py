@@ -85,8 +85,9 @@ def run_policy(policy: AssemblyPolicy, backend: Rollouts, router: Router, *, tra
                         "choose a batch size that is a multiple of the group size")
     runtime = backend.runtime
     tasks = list(runtime.env.tasks)
-    # a warm pool is full before the first batch is asked for, as in `envkit train`, where it
-    # fills while vLLM starts; the fill's time is reported (``pool_fill_s``), not hidden
+    # a warm pool is full before the first batch is asked for, as in `envkit train` on the local
+    # backend, where it fills while the run's own vLLM starts (not with policy_url or Ray: there
+    # the first step waits for it); the fill's time is reported (``pool_fill_s``), not hidden
     t_fill = time.monotonic()
     backend.configure("pool" if policy.warm_pool else "fresh", pool_size, fill_timeout=POOL_FILL_TIMEOUT_S)
     fill_s = time.monotonic() - t_fill if policy.warm_pool else None

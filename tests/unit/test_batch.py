@@ -140,6 +140,35 @@ def test_partial_groups_deliver_at_the_ready_share_and_late_members_follow_exact
     assert len(missing) <= left["late_undelivered"] + 4
 
 
+def test_late_members_alone_fill_a_batch_when_enough_have_finished():
+    """Batches of 4 from groups that enter with 3 of 4: each batch takes two groups and leaves
+    two late members running. Once eight have finished, the next batch is four of them and no
+    group (a batch waiting for a group while late members pile up would never close), the one
+    after the other four."""
+    eps = FakeEpisodes(hold_members={(g, 3) for g in range(8)})
+    policy = AssemblyPolicy("t", warm_pool=False, continuous=True, cutoff=True, overprovision=1.0, affinity=False,
+                            partial=0.75)
+    asm = Assembler(eps, group_size=4, groups_per_batch=1, concurrency=16, policy=policy).start()
+    batches = [asm.next_batch(timeout=30) for _ in range(4)]
+    assert sorted(t.seed for b in batches for t in b.trajectories) == sorted([g for g in range(8)] * 3)
+    eps.release.set()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with asm.cv:
+            if len(asm.late) == 8:
+                break
+        time.sleep(0.01)
+    fifth, sixth = asm.next_batch(timeout=30), asm.next_batch(timeout=30)
+    for b in (fifth, sixth):
+        assert b.late == 4 and len(b.trajectories) == 4 and all(t.late for t in b.trajectories)
+    batches += [fifth, sixth, asm.next_batch(timeout=30)]
+    seen = _keys([t for b in batches for t in b.trajectories])
+    assert len(seen) == len(set(seen))  # nothing delivered twice
+    assert {(g, i) for g in range(8) for i in range(4)} <= set(seen)  # every member of the first 8 groups
+    assert all(4 <= len(b.trajectories) <= 7 for b in batches)  # the 4 asked for, at most a group's 3 over
+    asm.stop()
+
+
 def test_abort_reports_cancelled_stragglers_and_never_trains_on_them():
     eps = FakeEpisodes(hold={0})
     policy = AssemblyPolicy("t", warm_pool=False, continuous=True, cutoff=True, overprovision=1.0, affinity=False,
